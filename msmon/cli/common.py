@@ -1,0 +1,66 @@
+"""Shared console handling: colours, one-line errors, and the debug switch."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from msmon.errors import ExitCode, MsmonError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def color_enabled(stream: Any = None) -> bool:
+    """Colours only on a terminal and when NO_COLOR is unset."""
+    stream = stream or sys.stdout
+    return "NO_COLOR" not in os.environ and bool(getattr(stream, "isatty", lambda: False)())
+
+
+def stdout_console() -> Console:
+    return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, no_color=not color_enabled(sys.stderr), highlight=False)
+
+
+def fail(message: str, hint: str = "", exit_code: int = ExitCode.INVALID) -> typer.Exit:
+    """Print ``error: message (hint)`` on one stderr line and return the Exit to raise."""
+    line = f"error: {message}" + (f" ({hint})" if hint else "")
+    print(line, file=sys.stderr)
+    return typer.Exit(int(exit_code))
+
+
+def handle_errors(func: F) -> F:
+    """Turn MsmonError and unexpected exceptions into one stderr line and a documented exit code."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except MsmonError as exc:
+            if os.environ.get("MSMON_DEBUG"):
+                traceback.print_exc()
+            raise fail(exc.message, exc.hint, exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(ExitCode.INTERRUPTED_SIGINT) from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+            if os.environ.get("MSMON_DEBUG"):
+                traceback.print_exc()
+            text = str(exc).strip().splitlines()
+            detail = text[0] if text else ""
+            raise fail(
+                f"internal error: {type(exc).__name__}: {detail}",
+                "set MSMON_DEBUG=1 for the traceback and report it",
+            ) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,38 @@
+"""The ``msmon`` command: wires the per-command modules together."""
+
+from __future__ import annotations
+
+import typer
+
+from msmon import __version__
+from msmon.cli import backup, board, clean, compare, replay, report, run, runs, validate
+
+app = typer.Typer(
+    name="msmon",
+    help="Launch, validate and watch MindSpore Transformers (mindformers) training runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"msmon {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """Launch, validate and watch MindSpore Transformers (mindformers) training runs."""
+
+
+for module in (validate, run, board, backup, runs, clean, replay, report, compare):
+    module.register(app)
+
+
+def main() -> None:
+    app()

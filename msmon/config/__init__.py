@@ -1,0 +1,1 @@
+"""Loading training YAMLs and the monitor_config schema."""

@@ -1,0 +1,136 @@
+"""Build a settings dataclass from a plain mapping with strict types, collecting findings.
+
+A bool must be a bool (``"yes"`` is an error), an int an int (``True`` is not an int), a float
+accepts an int, a ``Literal`` only its choices. Unknown keys get a "did you mean" suggestion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeVar, Union
+
+from msmon.findings import Finding, error
+
+T = TypeVar("T")
+
+_MISSING = object()
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """A ' (did you mean X?)' hint, or ''."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{match[0]}'?" if match else ""
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(c) for c in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _coerce(value: Any, tp: Any, path: str, findings: list[Finding]) -> Any:
+    """Return the checked value, or _MISSING after appending a finding."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        non_none = [o for o in options if o is not type(None)]
+        if len(non_none) == 1:
+            return _coerce(value, non_none[0], path, findings)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value in choices and type(value) is type(choices[0]):
+            return value
+        hint = suggest(str(value), [str(c) for c in choices]) or f"use one of: {', '.join(map(str, choices))}"
+        findings.append(error("MS002", path, f"{_show(value)} is not one of {_type_name(tp)}", hint))
+        return _MISSING
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            findings.append(error("MS002", path, f"expected a list, got {_show(value)}", "write a YAML list"))
+            return _MISSING
+        items = [_coerce(item, item_tp, f"{path}[{i}]", findings) for i, item in enumerate(value)]
+        return _MISSING if any(item is _MISSING for item in items) else items
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            findings.append(
+                error("MS002", path, f"expected a section (mapping), got {_show(value)}", "write nested keys")
+            )
+            return _MISSING
+        built, sub = build(tp, value, path)
+        findings.extend(sub)
+        return built
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        findings.append(error("MS002", path, f"expected a bool, got {_show(value)}", "write true or false"))
+        return _MISSING
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        findings.append(error("MS002", path, f"expected an integer, got {_show(value)}", "write e.g. 10"))
+        return _MISSING
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        findings.append(error("MS002", path, f"expected a number, got {_show(value)}", "write e.g. 2.5"))
+        return _MISSING
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        findings.append(error("MS002", path, f"expected a string, got {_show(value)}", "quote the value"))
+        return _MISSING
+    raise TypeError(f"unsupported settings type {tp!r} at {path}")
+
+
+def build(cls: type[T], data: Mapping[str, Any], path: str, ignore: Iterable[str] = ()) -> tuple[T, list[Finding]]:
+    """Build ``cls`` from ``data``; invalid values fall back to defaults and yield findings."""
+    findings: list[Finding] = []
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    ignored = set(ignore)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key in ignored:
+            continue
+        if key not in fields:
+            hint = suggest(str(key), [*fields, *ignored]) or f"known keys: {', '.join(fields)}"
+            findings.append(error("MS001", key_path, f"unknown key '{key}'", hint))
+            continue
+        checked = _coerce(value, hints[key], key_path, findings)
+        if checked is not _MISSING:
+            kwargs[key] = checked
+    return cls(**kwargs), findings
+
+
+def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str, str]]:
+    """(dotted key, type, default, meaning, check code) for every leaf key of a settings class."""
+    rows: list[tuple[str, str, Any, str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(field_docs(tp, key + "."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append((key, _type_name(tp), default, f.metadata.get("doc", ""), f.metadata.get("check", "")))
+    return rows

@@ -1,0 +1,187 @@
+"""Load a training YAML with OmegaConf: overrides, interpolations, line numbers, clear errors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from msmon.errors import ExitCode, MsmonError
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+_LAUNCH_TIME = datetime.now()
+
+
+def _now(fmt: str = "%Y%m%d_%H%M%S") -> str:
+    """``${now:FMT}``: the launch time, identical for every use within one process."""
+    return _LAUNCH_TIME.strftime(fmt)
+
+
+if not OmegaConf.has_resolver("now"):
+    OmegaConf.register_resolver("now", _now)
+
+
+@dataclass
+class LoadedConfig:
+    """A config as loaded: the unresolved tree (overrides applied), its source, and key lines."""
+
+    conf: DictConfig
+    path: Path | None = None
+    text: str | None = None
+    override_keys: set[str] = field(default_factory=set)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def line_of(self, dotted: str) -> int | None:
+        """The 1-based line of a key path (or its nearest parent) in the file, when known."""
+        key = dotted
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key.rpartition(".")[0].split("[")[0] if "." in key else ""
+        return None
+
+    def section(self, name: str) -> Any:
+        """A top-level section, unresolved, as a plain container (None when absent)."""
+        node = self.conf.get(name) if name in self.conf else None
+        return OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+
+    def resolved(self) -> dict[str, Any]:
+        """The whole config with interpolations resolved; unresolvable ones raise MsmonError."""
+        try:
+            return OmegaConf.to_container(self.conf, resolve=True)  # type: ignore[return-value]
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", "") or "?"
+            raise MsmonError(
+                f"{self.where()}: cannot resolve the interpolation at '{key}': {_first_line(exc)}",
+                "define the referenced key or environment variable, or give a default (${oc.env:VAR,default})",
+            ) from exc
+
+    def where(self) -> str:
+        return str(self.path) if self.path else "<config>"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _line_map(text: str) -> dict[str, int]:
+    """Dotted key path -> line, from a YAML composition (no Python objects are constructed)."""
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                dotted = f"{prefix}.{key_node.value}" if prefix else key_node.value
+                lines.setdefault(dotted, key_node.start_mark.line + 1)
+                walk(value_node, dotted)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                dotted = f"{prefix}[{index}]"
+                lines.setdefault(dotted, item.start_mark.line + 1)
+                walk(item, dotted)
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def read_config_text(path: str | os.PathLike[str]) -> str:
+    """The file's text, or MsmonError naming the file and the fix."""
+    file = Path(path)
+    if not file.exists():
+        raise MsmonError(f"{file}: no such file", "check the path of the config")
+    if file.is_dir():
+        raise MsmonError(f"{file}: is a directory, not a YAML file", "pass the training YAML inside it")
+    try:
+        if file.stat().st_size > MAX_CONFIG_BYTES:
+            raise MsmonError(f"{file}: larger than 16 MiB, not a training config", "pass the training YAML")
+        data = file.read_bytes()
+    except PermissionError as exc:
+        raise MsmonError(f"{file}: permission denied", "make the file readable") from exc
+    except OSError as exc:
+        raise MsmonError(f"{file}: cannot read ({exc.strerror})", "check the file") from exc
+    if b"\x00" in data:
+        raise MsmonError(f"{file}: binary file, not YAML", "pass the training YAML")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MsmonError(f"{file}: not UTF-8 text (byte {exc.start})", "save the YAML as UTF-8") from exc
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise MsmonError(f"{file}: the file is empty", "write a training YAML (see configs/quickstart_cpu.yaml)")
+    return text
+
+
+def _parse(text: str, where: str) -> DictConfig:
+    try:
+        conf = OmegaConf.create(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or _first_line(exc)
+        bad_line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        hint = "fix the YAML syntax"
+        if "\t" in bad_line:
+            hint = "indent with spaces, not tabs"
+        elif "duplicate key" in str(problem):
+            hint = "remove or rename the duplicated key"
+        elif "constructor" in str(problem):
+            hint = "remove the tag: only plain YAML is accepted (no !!python/... objects)"
+        raise MsmonError(f"{where}:{line} invalid YAML: {problem}", hint) from exc
+    except OmegaConfBaseException as exc:
+        hint = "remove or rename the duplicated key" if "duplicate" in str(exc).lower() else "fix the YAML"
+        raise MsmonError(f"{where}: invalid config: {_first_line(exc)}", hint) from exc
+    if not isinstance(conf, DictConfig):
+        raise MsmonError(f"{where}: the top level must be a mapping of sections", "write `key: value` sections")
+    return conf
+
+
+def apply_overrides(conf: DictConfig, overrides: list[str], where: str) -> set[str]:
+    """Apply ``key=value`` dotlist overrides in place; return the dotted keys they set."""
+    keys: set[str] = set()
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise MsmonError(
+                f"override '{item}' is not KEY=VALUE", "write e.g. monitor_config.log_interval=20", ExitCode.USAGE
+            )
+        try:
+            OmegaConf.set_struct(conf, False)
+            conf.merge_with(OmegaConf.from_dotlist([item]))
+        except (OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
+            raise MsmonError(f"{where}: override '{item}': {_first_line(exc)}", "check the key and value") from exc
+        keys.add(key.strip())
+    return keys
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> LoadedConfig:
+    """Load a training YAML file and apply dotlist overrides (interpolations stay unresolved)."""
+    text = read_config_text(path)
+    conf = _parse(text, str(path))
+    loaded = LoadedConfig(conf=conf, path=Path(path), text=text, lines=_line_map(text))
+    loaded.override_keys = apply_overrides(conf, list(overrides or []), str(path))
+    return loaded
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> LoadedConfig:
+    """Wrap a Python dict (the library API's ``monitor_config=dict(...)`` form) as a LoadedConfig."""
+    try:
+        conf = OmegaConf.create(data)
+    except OmegaConfBaseException as exc:
+        hint = "pass plain dicts, lists and scalars"
+        raise MsmonError(f"<config>: invalid config: {_first_line(exc)}", hint) from exc
+    loaded = LoadedConfig(conf=conf)
+    loaded.override_keys = apply_overrides(conf, list(overrides or []), "<config>")
+    return loaded

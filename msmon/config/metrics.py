@@ -1,0 +1,110 @@
+"""The metric catalogue: canonical names, aliases, and which training config exposes each metric.
+
+One table answers "does this training really produce that series?" so `msmon validate` can refuse a
+tracked metric that would otherwise be drawn as a flat line of placeholder zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CORE_METRICS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "throughput", "global_step")
+
+#: Wrappers that return mindformers' 5-tuple (loss, overflow, loss_scale, learning_rate, global_norm).
+MF_WRAPPERS: frozenset[str] = frozenset(
+    {"MFTrainOneStepCell", "MFPipelineWithLossScaleCell", "MsmonCPUTrainOneStepCell"}
+)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Whether a training config produces a metric, and the change that makes it do so."""
+
+    exposed: bool
+    fix: str = ""
+
+
+def _wrapper(cfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    wrapper = cfg.get("runner_wrapper")
+    return wrapper if isinstance(wrapper, Mapping) else None
+
+
+def _always(cfg: Mapping[str, Any]) -> Exposure:
+    return Exposure(True)
+
+
+def _grad_norm(cfg: Mapping[str, Any]) -> Exposure:
+    wrapper = _wrapper(cfg)
+    if wrapper is None:  # mindformers' template default: MFTrainOneStepCell with use_clip_grad True
+        return Exposure(True)
+    if wrapper.get("type") not in MF_WRAPPERS:
+        return Exposure(
+            False,
+            f"runner_wrapper.type {wrapper.get('type')!r} returns no global norm; "
+            "use MFTrainOneStepCell with use_clip_grad: True",
+        )
+    if wrapper.get("use_clip_grad") is not True:
+        return Exposure(False, "set runner_wrapper.use_clip_grad: True (the global norm is computed while clipping)")
+    return Exposure(True)
+
+
+def _loss_scale(cfg: Mapping[str, Any]) -> Exposure:
+    wrapper = _wrapper(cfg)
+    if wrapper is None or wrapper.get("type") in MF_WRAPPERS:
+        return Exposure(True)
+    return Exposure(False, "use a loss-scale runner_wrapper such as MFTrainOneStepCell with a scale_sense")
+
+
+def _local_norm(cfg: Mapping[str, Any]) -> Exposure:
+    wrapper = _wrapper(cfg)
+    if wrapper is not None and wrapper.get("local_norm") is True:
+        return Exposure(True)
+    return Exposure(False, "set runner_wrapper.local_norm: True")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One trackable metric."""
+
+    name: str
+    description: str
+    aliases: tuple[str, ...] = ()
+    exposure: Callable[[Mapping[str, Any]], Exposure] = _always
+
+
+METRICS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec("loss", "training loss of the step"),
+        MetricSpec("grad_norm", "global gradient norm (mindformers' global_norm)", ("global_norm",), _grad_norm),
+        MetricSpec("learning_rate", "learning rate applied at the step", ("lr",)),
+        MetricSpec(
+            "throughput",
+            "tokens/s over all devices (samples/s and per-device values are recorded beside it)",
+            ("train_throughput", "train_throughput_per_npu", "tokens_per_s"),
+        ),
+        MetricSpec("global_step", "global step number, the shared x axis", ("step", "cur_step_num")),
+        MetricSpec("step_time_ms", "wall time of the step in milliseconds", ("per_step_time",)),
+        MetricSpec("loss_scale", "current loss scale of the loss-scale wrapper", ("scale_sense",), _loss_scale),
+        MetricSpec("overflow", "1 when the step overflowed and was skipped, else 0", (), _loss_scale),
+        MetricSpec("epoch", "current epoch number", ("cur_epoch_num",)),
+        MetricSpec("host_memory_mb", "resident memory of the training process on the host", ("memory",)),
+        MetricSpec("local_norm", "per-group local gradient norms (max is logged)", (), _local_norm),
+    )
+}
+
+ALIASES: dict[str, str] = {alias: spec.name for spec in METRICS.values() for alias in spec.aliases}
+
+
+def canonical_metric(name: str) -> str | None:
+    """The canonical metric name for ``name`` or an alias of it; None when unknown."""
+    if name in METRICS:
+        return name
+    return ALIASES.get(name)
+
+
+def known_metric_names() -> list[str]:
+    """Every accepted spelling, canonical names first."""
+    return [*METRICS, *ALIASES]

@@ -1,0 +1,95 @@
+"""msmon's keys in ``monitor_config``, with defaults, plus mindformers' own keys of that section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from msmon.config.fields import doc
+from msmon.config.metrics import CORE_METRICS
+from msmon.health.settings import HealthSettings
+
+BACKENDS: tuple[str, ...] = ("mindinsight", "tensorboard", "mlflow", "file")
+DEFAULT_SAVE_DIR = "./monitor_logs"
+
+#: mindformers' MonitorConfig template keys (mindformers/tools/register/template.py); they keep their
+#: mindformers meaning and are passed through to mindformers untouched.
+MINDFORMERS_MONITOR_KEYS: frozenset[str] = frozenset(
+    {
+        "monitor_on", "dump_path", "target", "invert", "step_interval", "local_loss_format",
+        "local_norm_format", "device_local_norm_format", "device_local_loss_format",
+        "optimizer_state_format", "weight_state_format", "max_attention_logit_format",
+        "throughput_baseline", "print_struct", "check_for_global_norm", "global_norm_spike_threshold",
+        "global_norm_spike_count_threshold", "stable_rank_config", "health_checkpoint",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    csv: bool = doc(False, "also write metrics.csv beside metrics.jsonl")
+    fsync_interval_s: float = doc(2.0, "fsync metrics.jsonl at least this often (and at close)")
+
+
+@dataclass(frozen=True)
+class TensorBoardOptions:
+    flush_secs: float = doc(2.0, "flush event files at least this often, so a killed run is not empty")
+
+
+@dataclass(frozen=True)
+class MlflowOptions:
+    tracking_uri: str | None = doc(
+        None, "MLflow tracking URI: http(s)://host:port or sqlite:///path.db (required for mlflow)", "MS510"
+    )
+    experiment_name: str | None = doc(None, "MLflow experiment; default: project_name")
+    batch_size: int = doc(100, "metric values sent per log_batch request")
+    timeout_s: float = doc(10.0, "timeout of one request to the tracking server")
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    queue_size: int = doc(1000, "records held for the background writer; the oldest are dropped beyond it")
+    per_rank: bool = doc(False, "every rank writes its own run directory (rank_N); default: rank 0 only")
+
+
+@dataclass(frozen=True)
+class DiskGuardOptions:
+    min_free_mb: int | None = doc(
+        1024, "stop writing heavy outputs (summaries, event files) when free disk falls below this"
+    )
+    max_run_mb: int | None = doc(None, "stop writing heavy outputs when the run directory exceeds this size")
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """msmon's resolved ``monitor_config``: every key has a documented default."""
+
+    enable_monitor: bool = doc(True, "master switch; false turns monitoring off (validation still runs)")
+    monitor_type: list[Literal["mindinsight", "tensorboard", "mlflow", "file"]] = doc(
+        ["mindinsight", "file"], "backend name or list of names", "MS501"
+    )
+    project_name: str = doc("default", "groups runs: <save_dir>/<project_name>/<run_name>", "MS101")
+    run_name: str | None = doc(
+        None, "unique run name; empty or 'auto' generates <model>_<YYYYmmdd_HHMMSS>", "MS101"
+    )
+    log_interval: int = doc(10, "log every N steps (>= 1)", "MS401")
+    track_metrics: list[str] = doc(list(CORE_METRICS), "metrics to record; aliases accepted", "MS301")
+    save_dir: str = doc(DEFAULT_SAVE_DIR, "root of all run directories (ASCII, no whitespace)", "MS201")
+    use_callback: bool = doc(True, "inject msmon's callback into the Trainer (false: validate + board only)")
+    verbose: bool = doc(False, "print the registration line and one console line per logged step")
+    file: FileOptions = field(default_factory=FileOptions)
+    tensorboard: TensorBoardOptions = field(default_factory=TensorBoardOptions)
+    mlflow: MlflowOptions = field(default_factory=MlflowOptions)
+    writer: WriterOptions = field(default_factory=WriterOptions)
+    disk: DiskGuardOptions = field(default_factory=DiskGuardOptions)
+    health: HealthSettings = field(default_factory=HealthSettings)
+
+    def run_dir(self) -> Path:
+        """``<save_dir>/<project_name>/<run_name>`` (run_name must be resolved first)."""
+        if not self.run_name:
+            raise ValueError("run_name is not resolved")
+        return Path(self.save_dir) / self.project_name / self.run_name
+
+
+MSMON_MONITOR_KEYS: frozenset[str] = frozenset(MonitorSettings.__dataclass_fields__)

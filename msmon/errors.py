@@ -1,0 +1,31 @@
+"""Exit codes and the one error type the command layer turns into a one-line message."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Documented process exit codes (README and docs/cli.md list them)."""
+
+    OK = 0
+    INVALID = 1  # invalid input: a config with an error finding, a missing or unreadable file
+    USAGE = 2  # command-line usage error (Typer/Click's own code)
+    TRAINING_FAILED = 3  # the training raised or a rank exited non-zero
+    STOPPED_BY_MONITOR = 4  # a health detector with action `stop` ended the run gracefully
+    BOARD_FAILED = 5  # the board could not be started or stopped
+    INTERRUPTED_SIGINT = 130
+    INTERRUPTED_SIGTERM = 143
+
+
+class MsmonError(Exception):
+    """An expected failure: shown as one line plus a hint, never as a traceback."""
+
+    def __init__(self, message: str, hint: str = "", exit_code: int = ExitCode.INVALID) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.exit_code = int(exit_code)
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message

@@ -1,0 +1,1 @@
+"""Training health: detectors, the stall watchdog, alerts and actions."""
