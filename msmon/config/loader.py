@@ -23,8 +23,16 @@ def _now(fmt: str = "%Y%m%d_%H%M%S") -> str:
     return _LAUNCH_TIME.strftime(fmt)
 
 
-if not OmegaConf.has_resolver("now"):
-    OmegaConf.register_resolver("now", _now)
+def _dataset(name: str) -> str:
+    """``${msmon_dataset:NAME}``: the cache path of a dataset msmon generates (nothing is created here)."""
+    from msmon.runner.quickstart import dataset_path
+
+    return dataset_path(name)
+
+
+for _name, _resolver in (("now", _now), ("msmon_dataset", _dataset)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_resolver(_name, _resolver)
 
 
 @dataclass
