@@ -24,7 +24,9 @@ def color_enabled(stream: Any = None) -> bool:
 
 
 def stdout_console() -> Console:
-    return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=False)
+    """Tables on a terminal; unwrapped lines when piped, so each finding stays one greppable line."""
+    terminal = bool(getattr(sys.stdout, "isatty", lambda: False)())
+    return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=not terminal)
 
 
 def stderr_console() -> Console:

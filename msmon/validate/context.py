@@ -1,0 +1,45 @@
+"""What every check reads: the resolved training config and msmon's settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msmon.config.loader import LoadedConfig
+from msmon.config.schema import MonitorSettings
+
+
+@dataclass
+class CheckContext:
+    """Inputs shared by the checks; ``training`` is the resolved config without unresolvable sections."""
+
+    loaded: LoadedConfig
+    training: dict[str, Any]
+    section: dict[str, Any]
+    settings: MonitorSettings
+    resume: bool = False
+    deep: bool = False
+    cwd: Path = field(default_factory=Path.cwd)
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        """A value of the resolved training config by dotted path."""
+        node: Any = self.training
+        for part in dotted.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def has(self, dotted: str) -> bool:
+        marker = object()
+        return self.get(dotted, marker) is not marker
+
+    @property
+    def device_target(self) -> str:
+        return str(self.get("context.device_target", "Ascend"))
+
+    def save_dir(self) -> Path:
+        path = Path(self.settings.save_dir).expanduser()
+        return path if path.is_absolute() else self.cwd / path

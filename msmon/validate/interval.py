@@ -1,0 +1,45 @@
+"""log_interval: >= 1, not wastefully small, not larger than the run (MS4xx)."""
+
+from __future__ import annotations
+
+from msmon.findings import Finding, error, warning
+from msmon.validate.context import CheckContext
+
+PATH = "monitor_config.log_interval"
+MANY_METRICS = 5
+
+
+def total_steps(ctx: CheckContext) -> int | None:
+    """The run's step count when the config states it (runner_config.stop_step or lr_schedule.total_steps)."""
+    for key in ("runner_config.stop_step", "lr_schedule.total_steps"):
+        value = ctx.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_interval(ctx: CheckContext) -> list[Finding]:
+    interval = ctx.settings.log_interval
+    if interval < 1:
+        return [error("MS401", PATH, f"log_interval must be >= 1, got {interval}", "use 10 to 20 for long runs")]
+    if interval == 1 and len(ctx.settings.track_metrics) >= MANY_METRICS:
+        return [
+            warning(
+                "MS402",
+                PATH,
+                f"log_interval 1 with {len(ctx.settings.track_metrics)} metrics reads device values every step "
+                "(a host-device sync on Ascend)",
+                "use 10 to 20: loss curves do not change within a few steps",
+            )
+        ]
+    steps = total_steps(ctx)
+    if steps is not None and interval > steps:
+        return [
+            warning(
+                "MS403",
+                PATH,
+                f"log_interval {interval} is larger than the run's {steps} steps: nothing would be logged",
+                f"use a log_interval below {steps}",
+            )
+        ]
+    return []

@@ -1,0 +1,151 @@
+"""Model-type name conflicts ("X is already used by a transformers config, pick another name") (MS7xx).
+
+Custom registrations (``auto_register: module_file.ClassName`` anywhere in the config) are read with
+``ast`` from the module file, never executed; the built-in registries of transformers and mindformers
+are imported lazily, only when a custom registration is present or with ``--deep``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msmon.findings import Finding, error, warning
+from msmon.validate.context import CheckContext
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A name a custom module registers: a model_type, or a class name in MindFormerRegister."""
+
+    name: str
+    kind: str  # "model_type" or "class"
+    path: str  # dotted config path of the auto_register key
+
+
+def _auto_registers(node: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            if key == "auto_register" and isinstance(value, str):
+                yield dotted, value
+            else:
+                yield from _auto_registers(value, dotted)
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _auto_registers(item, f"{prefix}[{index}]")
+
+
+def _module_file(reference: str, ctx: CheckContext) -> Path | None:
+    module = reference.rpartition(".")[0]
+    roots = [os.environ.get("REGISTER_PATH", ""), str(ctx.loaded.path.parent) if ctx.loaded.path else "", str(ctx.cwd)]
+    for root in filter(None, roots):
+        candidate = Path(root) / (module.replace(".", "/") + ".py")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _string_arg(call: ast.Call, index: int, keyword: str) -> str | None:
+    if len(call.args) > index and isinstance(call.args[index], ast.Constant):
+        value = call.args[index].value
+        return value if isinstance(value, str) else None
+    for kw in call.keywords:
+        if kw.arg == keyword and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+            return kw.value.value
+    return None
+
+
+def registrations_in(source: str, class_name: str, path: str) -> list[Registration]:
+    """Names a module registers: the class itself, its model_type, AutoConfig.register(...) names, aliases."""
+    found = [Registration(class_name, "class", path)]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "model_type" for t in stmt.targets)
+                    and isinstance(stmt.value, ast.Constant)
+                    and isinstance(stmt.value.value, str)
+                ):
+                    found.append(Registration(stmt.value.value, "model_type", path))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register":
+            owner = node.func.value
+            owner_name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if owner_name in {"AutoConfig", "CONFIG_MAPPING"}:
+                name = _string_arg(node, 0, "model_type")
+                if name:
+                    found.append(Registration(name, "model_type", path))
+            elif owner_name == "MindFormerRegister":
+                alias = _string_arg(node, 1, "alias")
+                if alias:
+                    found.append(Registration(alias, "class", path))
+    return list(dict.fromkeys(found))
+
+
+def builtin_names() -> dict[str, set[str]]:
+    """Source -> names held by transformers' and mindformers' registries (imports them: slow)."""
+    names: dict[str, set[str]] = {}
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        names["transformers config"] = set(CONFIG_MAPPING_NAMES)
+    except ImportError:
+        pass
+    try:
+        from mindformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES as MF_NAMES
+        from mindformers.tools.register import MindFormerRegister
+
+        names["mindformers config"] = set(MF_NAMES)
+        names["mindformers registry"] = {n for table in MindFormerRegister.registry.values() for n in table}
+    except ImportError:
+        pass
+    return names
+
+
+def check_registry(ctx: CheckContext) -> list[Finding]:
+    references = list(_auto_registers(ctx.training))
+    if not references and not ctx.deep:
+        return []
+    findings: list[Finding] = []
+    registrations: list[Registration] = []
+    for path, reference in references:
+        module_file = _module_file(reference, ctx)
+        class_name = reference.rpartition(".")[2]
+        if module_file is None:
+            findings.append(
+                warning(
+                    "MS702",
+                    path,
+                    f"cannot find the module of auto_register {reference!r} to check its names",
+                    "set REGISTER_PATH to the directory holding the module file",
+                )
+            )
+            registrations.append(Registration(class_name, "class", path))
+            continue
+        try:
+            registrations.extend(registrations_in(module_file.read_text(encoding="utf-8"), class_name, path))
+        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+            findings.append(warning("MS702", path, f"cannot read {module_file}: {exc}", "fix the module file"))
+    if not registrations:
+        return findings
+    builtins = builtin_names()
+    for reg in registrations:
+        sources = [src for src, names in builtins.items() if reg.name in names]
+        if reg.kind == "class":
+            sources = [src for src in sources if src == "mindformers registry"]
+        if sources:
+            findings.append(
+                error(
+                    "MS701",
+                    reg.path,
+                    f"{reg.name!r} is already used by a {' and a '.join(sources)}: your custom registration "
+                    "collides with the built-in name (mindformers fails or silently replaces the built-in)",
+                    f"rename it, e.g. {reg.name}_custom, and update the model type fields that refer to it",
+                )
+            )
+    return findings

@@ -1,0 +1,65 @@
+"""save_dir: ASCII, no whitespace, writable or creatable, enough free disk (MS2xx)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from msmon.findings import Finding, error, warning
+from msmon.validate.context import CheckContext
+
+PATH = "monitor_config.save_dir"
+
+
+def _existing_ancestor(path: Path) -> Path:
+    current = path
+    while not current.exists() and current != current.parent:
+        current = current.parent
+    return current
+
+
+def check_save_dir(ctx: CheckContext) -> list[Finding]:
+    raw = ctx.settings.save_dir
+    if not raw.strip():
+        return [error("MS202", PATH, "save_dir is empty", "write a directory such as ./monitor_logs")]
+    if not raw.isascii():
+        return [
+            error(
+                "MS201",
+                PATH,
+                f"save_dir {raw!r} contains non-ASCII characters: MindInsight's log parser cannot load such paths"
+                " and the board stays empty",
+                "use an ASCII-only path such as ./monitor_logs",
+            )
+        ]
+    if any(ch.isspace() or not ch.isprintable() for ch in raw):
+        return [
+            error(
+                "MS202",
+                PATH,
+                f"save_dir {raw!r} contains whitespace or control characters: the board's log parser splits on them",
+                "use a path without spaces, e.g. ./monitor_logs",
+            )
+        ]
+    path = ctx.save_dir()
+    ancestor = _existing_ancestor(path)
+    if path.exists() and not path.is_dir():
+        return [error("MS203", PATH, f"save_dir {path} exists and is not a directory", "point save_dir to a directory")]
+    if not ancestor.is_dir():
+        return [error("MS203", PATH, f"save_dir {path} cannot be created: {ancestor} is a file", "fix the path")]
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        what = "is not writable" if ancestor == path else f"cannot be created: {ancestor} is not writable"
+        return [error("MS203", PATH, f"save_dir {path} {what}", "choose a writable directory or fix its permissions")]
+    free_mb = shutil.disk_usage(ancestor).free / 2**20
+    floor = ctx.settings.disk.min_free_mb or 1024
+    if free_mb < floor:
+        return [
+            warning(
+                "MS204",
+                PATH,
+                f"only {free_mb:.0f} MB free under {ancestor} (below {floor} MB): summaries may fill the disk",
+                "free space, clean old runs with `msmon clean`, or move save_dir",
+            )
+        ]
+    return []

@@ -1,0 +1,165 @@
+"""Run every check over a loaded config and say where each resolved value came from."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from msmon.config.coerce import field_docs
+from msmon.config.loader import LoadedConfig, _now
+from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings
+from msmon.findings import Finding, error, warning
+from msmon.validate.backends import check_backends
+from msmon.validate.context import CheckContext
+from msmon.validate.cpu import check_cpu
+from msmon.validate.interval import check_interval, total_steps
+from msmon.validate.metrics import check_metrics
+from msmon.validate.names import check_names, model_name, needs_generated_name
+from msmon.validate.registry import check_registry
+from msmon.validate.save_dir import check_save_dir
+from msmon.validate.section import check_section
+
+CHECKS = (check_names, check_save_dir, check_metrics, check_interval, check_backends, check_cpu, check_registry)
+MAX_UNRESOLVED = 100
+
+
+@dataclass
+class ValidationResult:
+    """Findings, msmon's resolved settings, and the resolved training config."""
+
+    findings: list[Finding]
+    settings: MonitorSettings
+    training: dict[str, Any]
+    provenance: dict[str, str] = field(default_factory=dict)
+    has_monitor_config: bool = True
+    total_steps: int | None = None
+
+    @property
+    def valid(self) -> bool:
+        return not any(f.is_error for f in self.findings)
+
+    def monitor_config(self) -> dict[str, Any]:
+        """msmon's resolved keys plus mindformers' own keys as written."""
+        data = dataclasses.asdict(self.settings)
+        section = self.training.get("monitor_config")
+        if isinstance(section, dict):
+            data.update({k: v for k, v in section.items() if k in MINDFORMERS_MONITOR_KEYS})
+        return data
+
+    def to_json(self, config_path: str | None) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "config": config_path,
+            "findings": [f.to_dict() for f in self.findings],
+            "monitor_config": self.monitor_config(),
+            "sources": self.provenance,
+        }
+
+
+def resolve_leniently(loaded: LoadedConfig) -> tuple[dict[str, Any], list[Finding]]:
+    """Resolve interpolations; each unresolvable key becomes a finding and is set to null."""
+    conf = OmegaConf.create(OmegaConf.to_container(loaded.conf, resolve=False))
+    findings: list[Finding] = []
+    for _ in range(MAX_UNRESOLVED):
+        try:
+            return OmegaConf.to_container(conf, resolve=True), findings  # type: ignore[return-value]
+        except OmegaConfBaseException as exc:
+            key = str(getattr(exc, "full_key", "") or "")
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            findings.append(
+                error(
+                    "MS004",
+                    key or "<config>",
+                    f"cannot resolve the interpolation: {reason}",
+                    "define the referenced key or environment variable, or give a default: ${oc.env:VAR,default}",
+                )
+            )
+            if not key:
+                break
+            try:
+                OmegaConf.update(conf, key, None, force_add=True)
+            except (OmegaConfBaseException, ValueError, KeyError):
+                break
+    return {}, findings
+
+
+def _provenance(loaded: LoadedConfig, section: dict[str, Any], generated: set[str]) -> dict[str, str]:
+    sources: dict[str, str] = {}
+    for key, *_ in field_docs(MonitorSettings):
+        dotted = f"monitor_config.{key}"
+        node: Any = section
+        present = True
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                present = False
+                break
+            node = node[part]
+        overridden = any(dotted == o or dotted.startswith(o + ".") or o.startswith(dotted + ".")
+                         for o in loaded.override_keys)
+        if key in generated:
+            sources[key] = "generated"
+        elif overridden:
+            sources[key] = "override"
+        elif present:
+            sources[key] = "file"
+        else:
+            sources[key] = "default"
+    return sources
+
+
+def generated_run_name(ctx: CheckContext, when: datetime | None = None) -> str:
+    stamp = when.strftime("%Y%m%d_%H%M%S") if when else _now("%Y%m%d_%H%M%S")
+    return f"{model_name(ctx)}_{stamp}"
+
+
+def validate(
+    loaded: LoadedConfig, *, resume: bool = False, deep: bool = False, cwd: Path | None = None
+) -> ValidationResult:
+    """Check ``loaded`` before any device is touched; never imports mindspore or mindformers (unless deep)."""
+    training, findings = resolve_leniently(loaded)
+    section = training.get("monitor_config")
+    has_section = "monitor_config" in training and section is not None
+    if not has_section:
+        settings = MonitorSettings(enable_monitor=False)
+        findings.append(
+            warning(
+                "MS000",
+                "monitor_config",
+                "no monitor_config section: monitoring is off for this run",
+                "add a monitor_config section (see configs/quickstart_cpu.yaml)",
+            )
+        )
+        section = {}
+    else:
+        settings, section_findings = check_section(section)
+        findings.extend(section_findings)
+        section = section if isinstance(section, dict) else {}
+    ctx = CheckContext(loaded, training, section, settings, resume=resume, deep=deep, cwd=cwd or Path.cwd())
+    generated: set[str] = set()
+    if needs_generated_name(settings.run_name):
+        settings = dataclasses.replace(settings, run_name=generated_run_name(ctx))
+        ctx.settings = settings
+        generated.add("run_name")
+    for check in CHECKS:
+        findings.extend(check(ctx))
+    findings = [f if f.line is not None or _overridden(loaded, f.path) else f.with_line(loaded.line_of(f.path))
+                for f in findings]
+    return ValidationResult(
+        findings=findings,
+        settings=settings,
+        training=training,
+        provenance=_provenance(loaded, section, generated),
+        has_monitor_config=has_section,
+        total_steps=total_steps(ctx),
+    )
+
+
+def _overridden(loaded: LoadedConfig, path: str) -> bool:
+    base = path.split("[")[0]
+    return any(base == o or base.startswith(o + ".") for o in loaded.override_keys)
