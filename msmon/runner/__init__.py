@@ -1,0 +1,1 @@
+"""Launching a training: run directory, run.json, the mindformers Trainer, msrun, CPU support."""

@@ -1,0 +1,58 @@
+"""Shared helpers for tests that train for real with the CPU quickstart (import, not a conftest).
+
+    from helpers_training import QUICKSTART, quickstart_parts, write_quickstart_config
+
+    path = write_quickstart_config(tmp_path, steps=30, log_interval=5, monitor_type=["file"])
+    training, monitor = quickstart_parts(path)       # mindformers' dict (msmon keys removed), msmon's keys
+    msmon.runner.trainer.train(training, [callback], tmp_path / "logs")   # the real Trainer on CPU
+
+``write_quickstart_config(directory, *, steps=None, overrides=None, **monitor_overrides) -> Path``
+copies configs/quickstart_cpu.yaml to ``directory/quickstart.yaml`` (interpolations kept) with
+``save_dir`` = ``directory/monitor_logs``, ``run_name`` = ``test_run`` and ``verbose`` false unless given,
+``steps`` training steps (batch 2, 400 by default), ``overrides`` as dotted-key -> value for any other
+section, and ``monitor_overrides`` as monitor_config keys. Run tests inside tmp_path (monkeypatch.chdir):
+``import mindformers`` writes ./output/log into the cwd unless LOCAL_DEFAULT_PATH is set first (train()
+sets it). First step ~4-5 s (graph compile), then ~25-40 ms/step; the first call also generates the
+dataset into $MSMON_CACHE_DIR (default ~/.cache/msmon, < 1 s).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart_cpu.yaml"
+BATCH_SIZE = 2
+
+
+def write_quickstart_config(
+    directory: str | Path,
+    *,
+    steps: int | None = None,
+    overrides: dict[str, Any] | None = None,
+    **monitor_overrides: Any,
+) -> Path:
+    """A copy of the quickstart config in ``directory`` with its outputs kept inside ``directory``."""
+    directory = Path(directory)
+    conf = OmegaConf.load(QUICKSTART)
+    monitor = {"save_dir": str(directory / "monitor_logs"), "run_name": "test_run", "verbose": False}
+    monitor.update(monitor_overrides)
+    for key, value in monitor.items():
+        OmegaConf.update(conf, f"monitor_config.{key}", value, force_add=True)
+    if steps is not None:
+        OmegaConf.update(conf, "train_dataset.data_loader.num_samples", steps * BATCH_SIZE)
+    for key, value in (overrides or {}).items():
+        OmegaConf.update(conf, key, value, force_add=True)
+    path = directory / "quickstart.yaml"
+    path.write_text(OmegaConf.to_yaml(conf, resolve=False), encoding="utf-8")
+    return path
+
+
+def quickstart_parts(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the training dict for mindformers with msmon's keys removed, msmon's monitor_config keys)."""
+    from msmon.config.loader import load_config
+    from msmon.config.split import split_monitor_config
+
+    return split_monitor_config(load_config(path).resolved())
