@@ -1,9 +1,63 @@
-"""`msmon compare` (being built)."""
+"""`msmon compare RUN_A RUN_B [...] [--out FILE.html]`: runs side by side."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import typer
+
+from msmon.cli.common import handle_errors, stdout_console
+
+
+def _print_tables(comparison: object) -> None:
+    from rich.table import Table
+
+    from msmon.view.compare import SUMMARY_HEADERS, Comparison, show_value, summary_cells
+
+    assert isinstance(comparison, Comparison)
+    console = stdout_console()
+    summary = Table(title="Runs", title_justify="left")
+    for header in SUMMARY_HEADERS:
+        summary.add_column(header, justify="left" if header in ("run", "status") else "right")
+    for item in comparison.summaries:
+        summary.add_row(*summary_cells(item))
+    console.print(summary)
+    if not comparison.diff:
+        console.print("The configs are identical.")
+        return
+    diff = Table(title=f"Config keys that differ ({len(comparison.diff)})", title_justify="left")
+    diff.add_column("config key", style="bold")
+    for label in comparison.labels:
+        diff.add_column(label, overflow="fold")
+    for key, values in comparison.diff:
+        diff.add_row(key, *(show_value(v) for v in values))
+    console.print(diff)
+
+
+@handle_errors
+def compare(
+    runs: list[Path] = typer.Argument(..., help="Two or more run directories."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write an HTML comparison with overlaid plots."),
+    png: Path | None = typer.Option(None, "--png", help="Also write the overlaid plots as PNG images here."),
+) -> None:
+    """Overlay runs' curves, show the config keys that differ (hyperparameters first), final and best loss."""
+    from msmon.view.compare import compare_runs, write_compare
+
+    comparison = compare_runs(list(runs))
+    for note in comparison.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if out is None:
+        _print_tables(comparison)
+    else:
+        print(f"compare: {write_compare(comparison, out)}")
+    if png is not None:
+        from msmon.view.png import write_pngs
+
+        for path in write_pngs(comparison.runs, png):
+            print(f"png: {path}")
 
 
 def register(app: typer.Typer) -> None:
-    """Nothing registered yet."""
+    """Add `msmon compare`."""
+    app.command("compare")(compare)

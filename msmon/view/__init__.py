@@ -1,0 +1,1 @@
+"""Views of runs: the live terminal panel, the HTML report and the run comparison."""

@@ -1,0 +1,242 @@
+"""Read a run directory (run.json, config.yaml, metrics.jsonl, alerts.jsonl) and downsample its series."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msmon.errors import ExitCode, MsmonError
+
+PLOT_METRICS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "throughput")
+NONFINITE_STRINGS: dict[str, float] = {"nan": math.nan, "infinity": math.inf, "-infinity": -math.inf,
+                                       "inf": math.inf, "-inf": -math.inf}
+
+
+def to_float(value: Any) -> float | None:
+    """A metric value as float (NaN/Inf kept, also from the strings "NaN"/"Infinity"); None when not numeric."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return NONFINITE_STRINGS.get(value.strip().lower())
+    return None
+
+
+def nonfinite_kind(value: float) -> str | None:
+    """"nan", "inf" or "-inf" for a non-finite value, None for a finite one."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return None
+
+
+@dataclass
+class JsonLines:
+    """The objects of a JSON Lines file plus how many lines could not be read."""
+
+    rows: list[dict[str, Any]]
+    bad_lines: int = 0
+    truncated_tail: bool = False
+
+
+def read_jsonl(path: Path) -> JsonLines:
+    """Read a JSON Lines file; a half-written last line or a corrupt line is skipped and counted."""
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    tail_unterminated = bool(lines) and lines[-1] != ""
+    truncated = False
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if index == len(lines) - 1 and tail_unterminated:
+                truncated = True
+            else:
+                bad += 1
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad += 1
+    return JsonLines(rows, bad, truncated)
+
+
+@dataclass
+class RunData:
+    """Everything the report and compare views need from one run directory."""
+
+    path: Path
+    info: dict[str, Any]
+    config_text: str | None
+    config: dict[str, Any] | None
+    records: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The run name (run.json's run_name, else the directory name)."""
+        return str(self.info.get("run_name") or self.path.name)
+
+    def metrics(self) -> list[str]:
+        """Numeric metric names present in the records (the plot metrics first)."""
+        seen: dict[str, None] = {}
+        for record in self.records:
+            for key, value in record.items():
+                if key not in ("step", "time", "rank") and to_float(value) is not None:
+                    seen.setdefault(key, None)
+        return [m for m in PLOT_METRICS if m in seen] + sorted(m for m in seen if m not in PLOT_METRICS)
+
+    def series(self, metric: str) -> tuple[list[int], list[float]]:
+        """Steps and values of one metric, in step order (non-finite values kept)."""
+        steps: list[int] = []
+        values: list[float] = []
+        for record in self.records:
+            value = to_float(record.get(metric))
+            if value is not None:
+                steps.append(int(record["step"]))
+                values.append(value)
+        return steps, values
+
+
+def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
+    if not path.is_file():
+        notes.append(f"{path.name} is missing")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path.name} is unreadable: {exc}")
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_config(path: Path, notes: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+    if not path.is_file():
+        notes.append("config.yaml is missing")
+        return None, None
+    import yaml
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        notes.append(f"config.yaml could not be parsed: {str(exc).splitlines()[0]}")
+        return text, None
+    return text, data if isinstance(data, dict) else None
+
+
+def _clean_records(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """Records with an integer step, one per step (the last one wins after a resume), in step order."""
+    ranks = {row.get("rank") for row in rows if row.get("rank") is not None}
+    rank = min(ranks) if ranks else None
+    if len(ranks) > 1:
+        notes.append(f"records of ranks {sorted(ranks)} found; showing rank {rank}")
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        step = row.get("step", row.get("global_step"))
+        if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
+            continue
+        if rank is not None and row.get("rank", rank) != rank:
+            continue
+        by_step[int(step)] = {**row, "step": int(step)}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def load_run(path: str | Path) -> RunData:
+    """Load a run directory (or its metrics.jsonl); a missing directory or metrics file is an MsmonError."""
+    run_dir = Path(path)
+    if run_dir.is_file() and run_dir.name.endswith(".jsonl"):
+        run_dir = run_dir.parent
+    if not run_dir.exists():
+        raise MsmonError(f"run directory not found: {path}", "pass <save_dir>/<project_name>/<run_name>",
+                         ExitCode.INVALID)
+    if not run_dir.is_dir():
+        raise MsmonError(f"not a run directory: {path}", "pass <save_dir>/<project_name>/<run_name>",
+                         ExitCode.INVALID)
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise MsmonError(
+            f"no metrics.jsonl in {run_dir}",
+            "the run logged no step yet, or monitor_type does not include 'file'",
+            ExitCode.INVALID,
+        )
+    notes: list[str] = []
+    try:
+        lines = read_jsonl(metrics)
+    except OSError as exc:
+        raise MsmonError(f"cannot read {metrics}: {exc.strerror or exc}", "check the file's permissions") from None
+    if lines.truncated_tail:
+        notes.append("the last line of metrics.jsonl is half-written (run still going or killed); it was skipped")
+    if lines.bad_lines:
+        notes.append(f"{lines.bad_lines} unreadable line(s) of metrics.jsonl skipped")
+    records = _clean_records(lines.rows, notes)
+    alerts: list[dict[str, Any]] = []
+    alerts_path = run_dir / "alerts.jsonl"
+    if alerts_path.is_file():
+        try:
+            alerts = read_jsonl(alerts_path).rows
+        except OSError as exc:
+            notes.append(f"alerts.jsonl is unreadable: {exc}")
+    alerts.sort(key=lambda a: (to_float(a.get("step")) or 0.0, to_float(a.get("time")) or 0.0))
+    info = _read_json(run_dir / "run.json", notes)
+    config_text, config = _read_config(run_dir / "config.yaml", notes)
+    return RunData(run_dir, info, config_text, config, records, alerts, notes)
+
+
+@dataclass
+class DrawSeries:
+    """A series ready to draw: finite points (min/max-preserving downsample) and non-finite markers."""
+
+    x: list[int]
+    y: list[float]
+    nonfinite: list[tuple[int, str]]
+    total: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"x": self.x, "y": self.y, "nonfinite": [list(p) for p in self.nonfinite], "total": self.total}
+
+
+def _bucket_bounds(count: int, buckets: int) -> list[tuple[int, int]]:
+    return [(count * b // buckets, count * (b + 1) // buckets) for b in range(buckets)]
+
+
+def downsample(steps: list[int], values: list[float], max_points: int = 4000) -> DrawSeries:
+    """Keep first, min, max and last point of each bucket (M4), so no spike vanishes; non-finite points
+    become markers (at most one per kind and bucket)."""
+    finite_x: list[int] = []
+    finite_y: list[float] = []
+    marks: list[tuple[int, str]] = []
+    for step, value in zip(steps, values, strict=True):
+        kind = nonfinite_kind(value)
+        if kind is None:
+            finite_x.append(step)
+            finite_y.append(value)
+        else:
+            marks.append((step, kind))
+    if len(finite_x) > max_points:
+        keep: list[int] = []
+        for lo, hi in _bucket_bounds(len(finite_x), max(1, max_points // 4)):
+            if lo >= hi:
+                continue
+            chunk = range(lo, hi)
+            lo_i = min(chunk, key=finite_y.__getitem__)
+            hi_i = max(chunk, key=finite_y.__getitem__)
+            keep.extend(sorted({lo, lo_i, hi_i, hi - 1}))
+        finite_x = [finite_x[i] for i in keep]
+        finite_y = [finite_y[i] for i in keep]
+    if len(marks) > max_points // 4:
+        kept: dict[tuple[int, str], tuple[int, str]] = {}
+        for index, (step, kind) in enumerate(marks):
+            kept.setdefault((index * (max_points // 4) // len(marks), kind), (step, kind))
+        marks = sorted(kept.values())
+    return DrawSeries(finite_x, finite_y, marks, len(steps))
