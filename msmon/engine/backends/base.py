@@ -1,0 +1,54 @@
+"""The small interface every backend implements; all calls happen on a writer thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from msmon.config.schema import MonitorSettings
+
+#: Record keys that are coordinates, not metric values.
+COORDINATE_KEYS: frozenset[str] = frozenset({"step", "time", "rank"})
+
+
+class Backend:
+    """One output of the monitor (a file, summary files, a tracking server)."""
+
+    name: ClassVar[str] = ""
+    network: ClassVar[bool] = False  # failures are retried with backoff instead of disabling the backend
+    heavy: ClassVar[bool] = False  # stopped by the disk guard (large files)
+
+    def __init__(self, run_dir: Path, settings: MonitorSettings, config: dict[str, Any] | None) -> None:
+        self.run_dir = Path(run_dir)
+        self.settings = settings
+        self.config = config
+
+    @property
+    def flush_interval_s(self) -> float:
+        """How often the writer calls ``flush`` while records keep coming."""
+        return 1.0
+
+    def open(self) -> None:
+        """Create files or connections (may raise; the writer retries or disables the backend)."""
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Write records (one dict per logged step, in step order)."""
+        raise NotImplementedError
+
+    def write_alert(self, alert: dict[str, Any]) -> None:
+        """Show an alert, when the backend can show text (default: nothing)."""
+
+    def flush(self) -> None:
+        """Make everything written so far durable or visible."""
+
+    def close(self, status: str) -> None:
+        """Flush and release resources; ``status`` is the run's final status."""
+
+
+def metric_items(record: dict[str, Any]) -> list[tuple[str, float]]:
+    """The numeric metric values of a record (coordinates and non-numbers left out)."""
+    return [
+        (key, float(value))
+        for key, value in record.items()
+        if key not in COORDINATE_KEYS and isinstance(value, int | float) and not isinstance(value, bool)
+    ]

@@ -1,0 +1,88 @@
+"""The record of one logged step, step progress, and the helpers that build and show them."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from msmon.config.metrics import canonical_metric
+
+#: The record keys a tracked metric produces (throughput brings its companions).
+METRIC_KEYS: dict[str, tuple[str, ...]] = {
+    "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device"),
+}
+
+
+def canonical_metrics(names: Iterable[str]) -> list[str]:
+    """Canonical names of ``names`` (aliases resolved, unknown names and duplicates dropped), in order."""
+    result: list[str] = []
+    for name in names:
+        canonical = canonical_metric(name)
+        if canonical and canonical not in result:
+            result.append(canonical)
+    return result
+
+
+def record_columns(metrics: Iterable[str]) -> list[str]:
+    """Every key a record of these canonical metrics can hold, coordinates first (the CSV header)."""
+    columns = ["step", "time", "rank"]
+    for name in metrics:
+        columns.extend(key for key in METRIC_KEYS.get(name, (name,)) if key not in columns)
+    return columns
+
+
+def to_float(value: Any) -> float:
+    """A Python float from a Tensor, numpy value or number (arrays: their mean; NaN/Inf kept)."""
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
+    if hasattr(value, "size") and getattr(value, "size", 1) != 1:
+        return float(value.mean())
+    if hasattr(value, "reshape"):
+        value = value.reshape(-1)[0]
+    return float(value)
+
+
+def to_max(value: Any) -> float:
+    """The largest element of a Tensor or array as a float (NaN when any element is NaN)."""
+    array = value.asnumpy() if hasattr(value, "asnumpy") else value
+    if getattr(array, "size", 1) == 0:
+        return math.nan
+    return float(array.max()) if hasattr(array, "max") else float(array)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.5g}"
+
+
+_SHOWN = (
+    ("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("throughput", "tokens/s"),
+    ("samples_per_s", "samples/s"), ("step_time_ms", "step_ms"), ("loss_scale", "loss_scale"),
+    ("overflow", "overflow"), ("host_memory_mb", "mem_mb"),
+)
+
+
+def console_line(record: dict[str, Any]) -> str:
+    """The one verbose console line of a logged step."""
+    parts = [f"step {record.get('step')}"]
+    parts.extend(f"{label} {_fmt(float(record[key]))}" for key, label in _SHOWN if key in record)
+    return "msmon: " + " | ".join(parts)
+
+
+@dataclass
+class StepProgress:
+    """Where training is, updated by the callback on every step end (read from other threads)."""
+
+    last_step: int = 0
+    last_end_monotonic: float = 0.0
+    total_steps: int | None = None
+    recent_step_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    _wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic(), repr=False)
+
+    @property
+    def last_end_wall(self) -> float | None:
+        """Unix time of the last step end (None before the first step)."""
+        return self.last_end_monotonic + self._wall_offset if self.last_step else None

@@ -1,0 +1,191 @@
+"""MonitorSession: wires the callback -> writer -> backends + listeners, heartbeat and disk guard."""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msmon.config.schema import MonitorSettings
+from msmon.engine.backends import backend_class
+from msmon.engine.callback import StepObserver, make_callback
+from msmon.engine.deadseries import DeadSeriesWatch
+from msmon.engine.diskguard import DiskGuard
+from msmon.engine.heartbeat import Heartbeat
+from msmon.engine.record import StepProgress, canonical_metrics, console_line
+from msmon.engine.writer import BackendRunner, Writer, describe
+
+logger = logging.getLogger("msmon")
+
+CLOSE_TIMEOUT_S = 20.0
+
+
+@dataclass
+class SessionSummary:
+    """What the monitor did during the run (the runner copies ``dropped_records`` into run.json)."""
+
+    dropped_records: int = 0
+    records_written: int = 0
+    last_step: int = 0
+    last_record: dict[str, Any] | None = None
+    lost_records: int = 0
+    backends: dict[str, dict[str, Any]] = field(default_factory=dict)
+    disk_guard: str | None = None
+
+
+class MonitorSession:
+    """One run's monitor: ``start()``, hand ``callback()`` to training, ``close(status)`` at the end."""
+
+    def __init__(
+        self,
+        settings: MonitorSettings,
+        run_dir: str | Path,
+        *,
+        config: Mapping[str, Any] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        listeners: Iterable[Any] = (),
+    ) -> None:
+        self.settings = settings
+        self.rank = rank
+        self.world_size = world_size
+        self.config = config
+        per_rank = settings.writer.per_rank
+        self.writes = settings.enable_monitor and (rank == 0 or per_rank)
+        self.run_dir = Path(run_dir) / f"rank_{rank}" if per_rank and rank else Path(run_dir)
+        self.progress = StepProgress()
+        self.stop_reason: str | None = None
+        self.disk_guard_reason: str | None = None
+        self._metrics = canonical_metrics(settings.track_metrics)
+        self._dead = DeadSeriesWatch(frozenset(self._metrics))
+        self._heartbeat = Heartbeat(self.run_dir, self.progress, rank)
+        self._guard = DiskGuard(self.run_dir, settings.disk)
+        self._callback: Any = None
+        self._summary: SessionSummary | None = None
+        self._close_lock = threading.Lock()
+        self._started = False
+        runners = [BackendRunner(b, settings.writer.queue_size) for b in self._make_backends()] if self.writes else []
+        for runner in runners:
+            runner.on_failure = self._on_backend_failure
+        self.writer = Writer(
+            runners, listeners, settings.writer.queue_size, tick=self._tick, on_record=self._on_record
+        )
+
+    def _make_backends(self) -> list[Any]:
+        backends = []
+        for name in dict.fromkeys(self.settings.monitor_type):
+            try:
+                backends.append(backend_class(name)(self.run_dir, self.settings, dict(self.config or {})))
+            except Exception as exc:  # a monitor never breaks training
+                logger.warning("msmon: backend '%s' is not used: %s", name, describe(exc))
+        return backends
+
+    @property
+    def backend_names(self) -> list[str]:
+        return [runner.backend.name for runner in self.writer.runners]
+
+    def start(self) -> MonitorSession:
+        """Start the writer thread and one worker per backend (they open the backends)."""
+        if not self._started:
+            self._started = True
+            if self.writes:
+                try:
+                    self.run_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    logger.warning("msmon: cannot create %s: %s (training continues)", self.run_dir, describe(exc))
+            self.writer.start()
+            atexit.register(self._close_at_exit)
+        return self
+
+    def callback(self) -> Any:
+        """The MindSpore Callback for this session (the same object on every call)."""
+        if self._callback is None:
+            observer = StepObserver(
+                self.settings, self.progress, self.writer.put if self.writes else None, self,
+                rank=self.rank, world_size=self.world_size, config=self.config,
+            )
+            self._callback = make_callback(observer)
+            if self.settings.verbose:
+                logger.info(
+                    "Monitor callback registered successfully: backends=%s metrics=%s log_interval=%d run_dir=%s",
+                    ",".join(self.backend_names) or "none", ",".join(self._metrics), self.settings.log_interval,
+                    self.run_dir,
+                )
+        return self._callback
+
+    def add_listener(self, listener: Any) -> None:
+        """A consumer of records on the writer thread (``on_record(record)``, ``close()``)."""
+        self.writer.add_listener(listener)
+
+    def emit_alert(self, alert: dict[str, Any]) -> None:
+        """Show an alert in the backends that can show text."""
+        self.writer.emit_alert(alert)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask training to stop gracefully at the next step end (the first reason is kept)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def close(self, status: str = "completed") -> SessionSummary:
+        """Flush everything, close the backends and listeners; safe to call more than once."""
+        with self._close_lock:
+            if self._summary is not None:
+                return self._summary
+            atexit.unregister(self._close_at_exit)
+            if self._started:
+                self.writer.close(status, CLOSE_TIMEOUT_S)
+            if self.writes:
+                self._heartbeat.tick(force=True)
+            self._summary = self._make_summary()
+            return self._summary
+
+    def _close_at_exit(self) -> None:
+        self.close("interrupted")
+
+    def _make_summary(self) -> SessionSummary:
+        stats = [runner.stats for runner in self.writer.runners]
+        return SessionSummary(
+            dropped_records=self.writer.queue.dropped + sum(s.dropped for s in stats),
+            records_written=max((s.written for s in stats), default=0),
+            last_step=self.progress.last_step,
+            last_record=self.writer.last_record,
+            lost_records=sum(s.lost for s in stats),
+            backends={s.name: asdict(s) for s in stats},
+            disk_guard=self.disk_guard_reason,
+        )
+
+    # -- writer thread --------------------------------------------------------------------------
+    def _on_record(self, record: dict[str, Any]) -> None:
+        if self.settings.verbose:
+            logger.info(console_line(record))
+        self._dead.on_record(record)
+
+    def _tick(self) -> None:
+        if not self.writes:
+            return
+        self._heartbeat.tick()
+        if self.disk_guard_reason is None:
+            reason = self._guard.check()
+            if reason:
+                self._trip_disk_guard(reason)
+
+    def _on_backend_failure(self, runner: BackendRunner, exc: BaseException) -> None:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and self.disk_guard_reason is None:
+            self._trip_disk_guard(f"backend '{runner.backend.name}' hit ENOSPC (no space left on device)")
+
+    def _trip_disk_guard(self, reason: str) -> None:
+        self.disk_guard_reason = reason
+        heavy = [runner for runner in self.writer.runners if runner.backend.heavy and runner.active]
+        for runner in heavy:
+            runner.suspend(reason)
+        stopped = ", ".join(runner.backend.name for runner in heavy) or "nothing (no heavy backend in use)"
+        logger.warning(
+            "msmon: disk guard: %s; stopped writing %s; metrics.jsonl and training continue "
+            "(free space, or change monitor_config.disk)",
+            reason, stopped,
+        )
