@@ -1,0 +1,1 @@
+"""Operating runs: the board manager, config backups, the run table and cleaning."""

@@ -1,0 +1,320 @@
+"""The board manager: start MindInsight or TensorBoard as a child, wait for its API, record, stop."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from msmon.errors import ExitCode, MsmonError
+from msmon.ops import board_state, procs
+from msmon.ops.board_dir import resolve_board_dir
+from msmon.ops.board_state import BoardRecord
+from msmon.ops.files import msmon_home
+
+log = logging.getLogger("msmon")
+
+DEFAULT_TIMEOUT_S = 60.0
+LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class BoardBackend:
+    name: str
+    binary: str
+    install: str
+    health_path: str
+
+
+BACKENDS = {
+    "mindinsight": BoardBackend(
+        "mindinsight", "mindinsight", "pip install mindinsight==2.3.1 protobuf==3.20.1",
+        "/v1/mindinsight/datavisual/train-jobs",
+    ),
+    "tensorboard": BoardBackend("tensorboard", "tensorboard", "pip install tensorboard", "/data/logdir"),
+}
+
+
+class BoardError(MsmonError):
+    """A board failure (exit code 5) that may carry the tail of the child's log."""
+
+    def __init__(self, message: str, hint: str = "", log_tail: list[str] | None = None) -> None:
+        super().__init__(message, hint, ExitCode.BOARD_FAILED)
+        self.log_tail = log_tail or []
+
+
+@dataclass
+class BoardHandle:
+    """A running board: ``.url``, ``.pid``, ``.port``; ``.stop()`` ends every process of it."""
+
+    record: BoardRecord
+    detached: bool = False
+    reused: bool = False
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return self.record.url
+
+    @property
+    def pid(self) -> int:
+        return self.record.pid
+
+    @property
+    def port(self) -> int:
+        return self.record.port
+
+    def alive(self) -> bool:
+        """Whether any process of the board is still running."""
+        if self.process is not None:
+            self.process.poll()
+        return bool(_members(self.record))
+
+    def healthy(self) -> bool:
+        return is_healthy(self.record)
+
+    def stop(self) -> None:
+        """Stop the board's processes (no-op when already gone) and forget it; BoardError if one survives."""
+        stop_record(self.record, forget=self.detached)
+        if self.process is not None:
+            self.process.poll()
+
+
+def _members(record: BoardRecord) -> list:
+    return procs.group_members(record.pgid, _started_unix(record))
+
+
+def _started_unix(record: BoardRecord) -> float:
+    try:
+        return datetime.fromisoformat(record.started).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def probe_host(host: str) -> str:
+    """The address to query for a server bound to ``host`` (a wildcard is queried on loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url(host: str, port: int) -> str:
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
+
+
+def is_healthy(record: BoardRecord, timeout_s: float = 2.0) -> bool:
+    """Whether the board's HTTP API answers 200."""
+    host = probe_host(record.host)
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{record.port}{BACKENDS[record.backend].health_path}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http on a local port
+            return response.status == 200
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+def find_binary(name: str) -> str | None:
+    """``name`` on PATH, else beside the running Python (a venv that is not activated)."""
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails (something listens there)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _argv(backend: BoardBackend, binary: str, directory: Path, host: str, port: int) -> list[str]:
+    if backend.name == "mindinsight":
+        workspace = str(msmon_home() / "mindinsight")
+        return [binary, "start", "--port", str(port), "--summary-base-dir", str(directory), "--workspace", workspace]
+    return [binary, "--logdir", str(directory), "--port", str(port), "--host", host]
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 16384))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def _log_tail(backend: BoardBackend, log_path: Path, port: int) -> list[str]:
+    """The child's own output, plus MindInsight's gunicorn error log when it has one."""
+    tail = _tail(log_path)
+    if backend.name == "mindinsight":
+        extra = msmon_home() / "mindinsight" / "log" / "gunicorn" / f"error.{port}.log"
+        if extra.exists() and extra.stat().st_mtime >= log_path.stat().st_mtime - 60:
+            tail += [f"[{extra}]"] + _tail(extra)
+    return tail
+
+
+def _check_host(backend: BoardBackend, host: str) -> None:
+    if is_loopback(host):
+        return
+    if backend.name == "mindinsight":
+        raise BoardError(
+            f"MindInsight 2.3.1 always binds 127.0.0.1; it cannot serve on {host}",
+            "use --backend tensorboard for another address, or keep 127.0.0.1 and tunnel: "
+            "ssh -L 8080:127.0.0.1:8080 <this host>",
+        )
+    log.warning(
+        "the board on %s has no authentication: anyone who can reach this address sees the runs "
+        "(bind 127.0.0.1 and use an SSH tunnel instead)", host,
+    )
+
+
+def _reusable(port: int, directory: Path, backend: str) -> BoardRecord | None:
+    for record in board_state.load_records():
+        if record.port == port and record.directory == str(directory) and record.backend == backend:
+            if _members(record) and is_healthy(record):
+                return record
+    return None
+
+
+def start_board(
+    path: str | os.PathLike[str] | None = None,
+    port: int = 8080,
+    host: str = "127.0.0.1",
+    backend: str = "mindinsight",
+    detach: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> BoardHandle:
+    """Start a board on ``path`` (a save_dir, a run tree or a training YAML) and wait until it answers."""
+    if backend not in BACKENDS:
+        raise MsmonError(f"unknown board backend '{backend}'", f"choose one of: {', '.join(BACKENDS)}", ExitCode.USAGE)
+    spec = BACKENDS[backend]
+    directory = resolve_board_dir(path, backend)
+    _check_host(spec, host)
+    binary = find_binary(spec.binary)
+    if binary is None:
+        raise BoardError(f"{spec.binary} is not installed (not on PATH)", f"install it: {spec.install}")
+    if port == 0:
+        port = _free_port(host)
+    elif port_in_use(host, port):
+        if detach and (record := _reusable(port, directory, backend)) is not None:
+            return BoardHandle(record, detached=True, reused=True)
+        raise BoardError(
+            f"port {port} on {host} is busy",
+            "choose another with --port N, or --port 0 for a free one (msmon board status lists msmon's boards)",
+        )
+    return _launch(spec, binary, directory, host, port, detach, timeout_s)
+
+
+def _launch(
+    spec: BoardBackend, binary: str, directory: Path, host: str, port: int, detach: bool, timeout_s: float
+) -> BoardHandle:
+    home = msmon_home()
+    (home / "logs").mkdir(parents=True, exist_ok=True)
+    started = datetime.now().astimezone()
+    log_path = home / "logs" / f"board-{spec.name}-{port}-{started:%Y%m%d_%H%M%S}.log"
+    env = dict(os.environ)
+    # MindInsight runs `gunicorn` by name: the venv's bin must be on PATH even when it is not activated.
+    env["PATH"] = os.pathsep.join([str(Path(binary).parent), str(Path(sys.executable).parent), env.get("PATH", "")])
+    argv = _argv(spec, binary, directory, host, port)
+    with open(log_path, "ab") as out:
+        process = subprocess.Popen(  # noqa: S603 - an argv list, never a shell string
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, env=env, cwd=str(home),
+        )
+    record = BoardRecord(
+        backend=spec.name, pid=process.pid, pgid=process.pid, create_time=0.0, port=port, host=host,
+        directory=str(directory), url=_url(host, port), log=str(log_path), started=started.isoformat(),
+    )
+    handle = BoardHandle(record, detached=detach, process=process)
+    try:
+        _wait_healthy(spec, record, process, log_path, timeout_s)
+    except BaseException:
+        procs.stop_processes(_members(record))
+        process.poll()
+        raise
+    members = _members(record)
+    record.pid = procs.listener_pid(members, port) or process.pid
+    record.create_time = next((p.create_time() for p in members if p.pid == record.pid), 0.0)
+    if detach:
+        board_state.add_record(record)
+    return handle
+
+
+def _wait_healthy(
+    spec: BoardBackend, record: BoardRecord, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if is_healthy(record, timeout_s=1.0):
+            return
+        code = process.poll()
+        if code is not None and (code != 0 or not _members(record)):
+            procs.stop_processes(_members(record))
+            tail = _log_tail(spec, log_path, record.port)
+            last = f": {tail[-1].strip()}" if tail else ""
+            raise BoardError(
+                f"{spec.binary} exited early with code {code}{last}", f"see its log: {log_path}", tail
+            )
+        if time.monotonic() >= deadline:
+            procs.stop_processes(_members(record))
+            process.poll()
+            raise BoardError(
+                f"{spec.binary} did not answer on port {record.port} within {timeout_s:g} s; it was stopped",
+                f"see its log: {log_path}; on a slow machine raise --timeout",
+                _log_tail(spec, log_path, record.port),
+            )
+        time.sleep(0.25)
+
+
+def stop_record(record: BoardRecord, forget: bool = True) -> bool:
+    """Stop a board's processes (and forget its record); True when something was running."""
+    members = _members(record)
+    survivors = procs.stop_processes(members) if members else []
+    if survivors:
+        pids = ", ".join(str(p.pid) for p in survivors)
+        raise BoardError(f"could not stop the board on port {record.port} (pids {pids} survive)", "kill them by hand")
+    if forget:
+        board_state.remove_record(record.port)
+    return bool(members)
+
+
+def board_status() -> list[tuple[BoardRecord, str]]:
+    """Each recorded board with its state: ``healthy``, ``not answering`` or ``gone``."""
+    result = []
+    for record in board_state.load_records():
+        if not _members(record):
+            state = "gone"
+        else:
+            state = "healthy" if is_healthy(record) else "not answering"
+        result.append((record, state))
+    return result

@@ -1,0 +1,66 @@
+"""The record of detached boards: ``$MSMON_HOME/boards.json``, locked and written atomically."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from msmon.ops.files import file_lock, msmon_home
+from msmon.util.atomic import atomic_write_json
+
+
+@dataclass
+class BoardRecord:
+    """One board msmon started and left running."""
+
+    backend: str
+    pid: int  # the server process (gunicorn master for MindInsight)
+    pgid: int  # its process group: every process of the board
+    create_time: float  # the server process's start (unix s), guards against pid reuse
+    port: int
+    host: str
+    directory: str
+    url: str
+    log: str
+    started: str  # ISO 8601
+
+
+def state_path() -> Path:
+    return msmon_home() / "boards.json"
+
+
+def _read(path: Path) -> list[BoardRecord]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    names = {f.name for f in fields(BoardRecord)}
+    records = []
+    for item in data.get("boards", []) if isinstance(data, dict) else []:
+        if isinstance(item, dict) and names <= item.keys():
+            records.append(BoardRecord(**{k: item[k] for k in names}))
+    return records
+
+
+def load_records() -> list[BoardRecord]:
+    """The recorded boards (an unreadable or missing file reads as none)."""
+    return _read(state_path())
+
+
+def update_records(change: Callable[[list[BoardRecord]], list[BoardRecord]]) -> list[BoardRecord]:
+    """Apply ``change`` to the records under the lock and write the result atomically."""
+    path = state_path()
+    with file_lock(path.with_name("boards.lock")):
+        records = change(_read(path))
+        atomic_write_json(path, {"boards": [asdict(r) for r in records]})
+    return records
+
+
+def add_record(record: BoardRecord) -> None:
+    update_records(lambda rs: [r for r in rs if r.port != record.port] + [record])
+
+
+def remove_record(port: int) -> None:
+    update_records(lambda rs: [r for r in rs if r.port != port])
