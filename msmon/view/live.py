@@ -319,11 +319,16 @@ class LiveView:
         return now - when if when is not None else None
 
     def _dropped(self) -> int | None:
-        for name in ("dropped_records", "dropped"):
-            value = getattr(self.session, name, None)
-            if isinstance(value, int):
-                return value
-        return None
+        value = getattr(self.session, "dropped_records", None)
+        if value is None:
+            value = getattr(getattr(getattr(self.session, "writer", None), "queue", None), "dropped", None)
+        return value if isinstance(value, int) else None
+
+    def _progress(self) -> tuple[int | None, int | None]:
+        """The session's own step counter and total (every step, not only logged ones) when bound."""
+        progress = getattr(self.session, "progress", None)
+        step, total = getattr(progress, "last_step", None), getattr(progress, "total_steps", None)
+        return (step if isinstance(step, int) and step > 0 else None), (total if isinstance(total, int) else None)
 
     def _render(self) -> Panel:
         """Called on Rich's refresh thread."""
@@ -334,8 +339,13 @@ class LiveView:
             history = {key: list(values) for key, values in self.history.items()}
             alerts = list(self.alerts)
             alert_total = self.alert_total
-            rate, eta, total = self.clock.steps_per_s(), self.clock.eta(), self.clock.total_steps
+            rate, total = self.clock.steps_per_s(), self.clock.total_steps
         step = latest.get("step")
+        live_step, live_total = self._progress()
+        if live_step is not None and (not isinstance(step, int) or live_step > step):
+            step = live_step
+        total = total or live_total
+        eta = max(0.0, (total - step) / rate) if rate and total and isinstance(step, int) else None
         head = Table.grid(padding=(0, 2))
         head.add_column()
         head.add_column(min_width=24)
