@@ -14,7 +14,8 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from msmon.cli.common import handle_errors, stdout_console
+from msmon.cli.common import handle_errors
+from msmon.cli.runs import wide_console
 from msmon.errors import ExitCode, MsmonError
 
 board_app = typer.Typer(help="Start, list and stop boards (MindInsight or TensorBoard).", no_args_is_help=True)
@@ -122,7 +123,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
             str(record.port), record.backend, str(record.pid), f"[{colours[state]}]{state}[/]",
             record.url, record.directory, record.started[:19].replace("T", " "),
         )
-    stdout_console().print(table)
+    wide_console().print(table)
 
 
 @board_app.command("stop")

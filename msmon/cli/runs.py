@@ -1,9 +1,72 @@
-"""`msmon runs` (being built)."""
+"""`msmon runs SAVE_DIR`: every run at a glance (status, progress, last loss, alerts, heartbeat)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from msmon.cli.common import handle_errors, stdout_console
+
+STATUS_COLOURS = {
+    "running": "green", "completed": "cyan", "failed": "red", "interrupted": "yellow",
+    "stopped_by_monitor": "magenta", "stale": "bold red", "unknown": "dim",
+}
+
+
+def wide_console() -> Console:
+    """The stdout console; when piped it is wide enough that tables are not cut."""
+    console = stdout_console()
+    if not console.is_terminal:
+        console.width = 240
+    return console
+
+
+def _loss(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+@handle_errors
+def runs(
+    save_dir: Path = typer.Argument(..., help="The save_dir holding <project>/<run> directories."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    stale_after: str = typer.Option(
+        "10m", "--stale-after", help="A running run on another host is stale when its heartbeat is older than this."
+    ),
+) -> None:
+    """List the runs under SAVE_DIR: project, run, status, start, duration, last step and loss, alerts."""
+    from msmon.ops.durations import format_duration, parse_duration
+    from msmon.ops.runs import list_runs
+
+    limit = parse_duration(stale_after)
+    found = list_runs(save_dir, stale_after_s=limit)
+    if json_out:
+        print(json.dumps([r.to_json() for r in found], indent=2))
+        return
+    if not found:
+        print(f"no runs under {save_dir}")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat"):
+        table.add_column(column, justify="right" if column in ("duration", "step", "loss", "alerts") else "left")
+    for info in found:
+        age = info.heartbeat_age_s
+        beat = "-" if age is None else format_duration(age)
+        if info.stale:
+            beat = f"[bold red]{beat}[/]"
+        elif age is not None and age > limit and info.status == "running":
+            beat = f"[yellow]{beat}[/]"
+        table.add_row(
+            info.project, info.run, f"[{STATUS_COLOURS.get(info.status, 'default')}]{info.status}[/]",
+            info.start.strftime("%Y-%m-%d %H:%M") if info.start else "-", format_duration(info.duration_s),
+            "-" if info.last_step is None else str(info.last_step), _loss(info.last_loss),
+            "-" if info.alert_count is None else str(info.alert_count), beat,
+        )
+    wide_console().print(table)
 
 
 def register(app: typer.Typer) -> None:
-    """Nothing registered yet."""
+    app.command("runs")(runs)

@@ -1,0 +1,139 @@
+"""`msmon runs`: statuses (stale rule included), last loss, alerts, robustness to broken run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msmon.ops.runs import list_runs
+
+NOW = time.time()
+
+
+def iso(seconds_ago: float) -> str:
+    return (datetime.now().astimezone() - timedelta(seconds=seconds_ago)).isoformat()
+
+
+def make_run(save: Path, project: str, run: str, status: str = "completed", started_ago: float = 3600,
+             ended_ago: float | None = 60, heartbeat: dict[str, Any] | None = None, losses: tuple = (2.0, 1.5),
+             alerts: int = 0, **extra: Any) -> Path:
+    """A run directory as `msmon run` writes it (docs/architecture.md formats)."""
+    path = save / project / run
+    path.mkdir(parents=True)
+    info = {"project_name": project, "run_name": run, "status": status, "start_time": iso(started_ago),
+            "end_time": iso(ended_ago) if ended_ago is not None else None, "last_step": 10 * len(losses),
+            "host": socket.gethostname(), "pid": os.getpid(), "alert_count": alerts, **extra}
+    (path / "run.json").write_text(json.dumps(info))
+    lines = [json.dumps({"step": 10 * (i + 1), "time": NOW, "loss": v}) for i, v in enumerate(losses)]
+    (path / "metrics.jsonl").write_text("\n".join([*lines, json.dumps({"step": 99, "time": NOW})]) + "\n")
+    (path / "alerts.jsonl").write_text("".join(json.dumps({"step": 1, "detector": "x"}) + "\n" for _ in range(alerts)))
+    if heartbeat is not None:
+        (path / "heartbeat.json").write_text(json.dumps(heartbeat))
+    return path
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "monitor_logs"
+
+
+def by_run(save: Path, **kwargs: Any) -> dict[str, Any]:
+    return {r.run: r for r in list_runs(save, **kwargs)}
+
+
+def test_statuses_and_fields(save: Path) -> None:
+    host = socket.gethostname()
+    make_run(save, "p", "done", losses=(3.0, 2.5, 1.25), alerts=2)
+    make_run(save, "p", "bad", status="failed", error="boom")
+    make_run(save, "p", "stopped", status="stopped_by_monitor")
+    make_run(save, "p", "ctrl_c", status="interrupted")
+    make_run(save, "p", "live", status="running", started_ago=1, ended_ago=None,  # not before this process
+             heartbeat={"step": 140, "time": NOW - 2, "pid": os.getpid(), "rank": 0, "host": host})
+    make_run(save, "q", "dead", status="running", ended_ago=None,
+             heartbeat={"step": 20, "time": NOW - 2, "pid": dead_pid(), "rank": 0, "host": host})
+    make_run(save, "q", "remote_old", status="running", ended_ago=None, host="elsewhere",
+             heartbeat={"step": 20, "time": NOW - 3600, "pid": 1, "rank": 0, "host": "elsewhere"})
+    make_run(save, "q", "remote_fresh", status="running", ended_ago=None, host="elsewhere",
+             heartbeat={"step": 20, "time": NOW - 5, "pid": 1, "rank": 0, "host": "elsewhere"})
+    runs = by_run(save)
+    assert {k: v.status for k, v in runs.items()} == {
+        "done": "completed", "bad": "failed", "stopped": "stopped_by_monitor", "ctrl_c": "interrupted",
+        "live": "running", "dead": "stale", "remote_old": "stale", "remote_fresh": "running",
+    }
+    done = runs["done"]
+    assert (done.project, done.last_loss, done.last_step, done.alert_count) == ("p", 1.25, 99, 2)
+    assert done.duration_s == pytest.approx(3540, abs=2)
+    assert runs["live"].last_step == 140 and runs["live"].heartbeat_age_s == pytest.approx(2, abs=2)
+    assert runs["live"].duration_s == pytest.approx(1, abs=3)
+    assert by_run(save, stale_after_s=7200)["remote_old"].status == "running"
+
+
+def test_reused_pid_is_not_the_run(save: Path) -> None:
+    # our own pid is alive, but it started long after this run did: a reused pid, so the run is stale
+    make_run(save, "p", "old", status="running", started_ago=10 * 86400, ended_ago=None,
+             heartbeat={"step": 1, "time": NOW - 9 * 86400, "pid": os.getpid(), "rank": 0,
+                        "host": socket.gethostname()})
+    assert by_run(save)["old"].status == "stale"
+
+
+def test_half_written_and_missing_files_never_raise(save: Path) -> None:
+    make_run(save, "p", "ok")
+    torn = make_run(save, "p", "torn", status="running", ended_ago=None)
+    (torn / "run.json").write_text('{"status": "runn')
+    (torn / "heartbeat.json").write_text("")
+    with open(torn / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 120, "loss": 0.')
+    (save / "p" / "only_metrics").mkdir()
+    (save / "p" / "only_metrics" / "metrics.jsonl").write_text('{"step": 5, "loss": NaN}\n')
+    (save / "p" / "empty").mkdir()
+    (save / "p" / "binary").mkdir()
+    (save / "p" / "binary" / "run.json").write_bytes(b"\xff\x00\x01")
+    (save / "p" / "list").mkdir()
+    (save / "p" / "list" / "run.json").write_text("[1, 2]")
+    runs = by_run(save)
+    assert set(runs) == {"ok", "torn", "only_metrics", "binary", "list"}  # `empty` is not a run
+    assert runs["torn"].status == "unknown" and "run.json unreadable" in runs["torn"].problems
+    assert runs["torn"].last_loss == 1.5  # the last complete line with a loss
+    assert runs["only_metrics"].status == "unknown" and runs["only_metrics"].last_step == 5
+    assert runs["only_metrics"].to_json()["last_loss"] == "nan"
+    result = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save), "--json"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert {r["run"] for r in json.loads(result.stdout)} == set(runs)
+
+
+def test_cli_table_and_errors(save: Path) -> None:
+    make_run(save, "p", "done", losses=(0.5,), alerts=3)
+    make_run(save, "p", "dead", status="running", ended_ago=None,
+             heartbeat={"step": 20, "time": time.time() - 700, "pid": dead_pid(), "rank": 0,
+                        "host": socket.gethostname()})
+    env = {**os.environ, "NO_COLOR": "1"}
+    result = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.strip().splitlines()
+    assert header.split() == ["project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat"]
+    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-3:] == ["0.5", "3", "-"]
+    assert rows[1].split()[:3] == ["p", "dead", "stale"] and rows[1].split()[-1].startswith("11m4")
+    missing = subprocess.run([sys.executable, "-m", "msmon", "runs", "nowhere"], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 1 and "nowhere: no such directory" in missing.stderr
+    bad = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save), "--stale-after", "soon"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
