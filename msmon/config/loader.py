@@ -151,7 +151,8 @@ def _parse(text: str, where: str) -> DictConfig:
     except OmegaConfBaseException as exc:
         hint = "remove or rename the duplicated key" if "duplicate" in str(exc).lower() else "fix the YAML"
         raise MsmonError(f"{where}: invalid config: {_first_line(exc)}", hint) from exc
-    if not isinstance(conf, DictConfig):
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(conf, DictConfig) or not isinstance(root, yaml.MappingNode):
         raise MsmonError(f"{where}: the top level must be a mapping of sections", "write `key: value` sections")
     return conf
 

@@ -8,7 +8,10 @@ are imported lazily, only when a custom registration is present or with ``--deep
 from __future__ import annotations
 
 import ast
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +67,7 @@ def registrations_in(source: str, class_name: str, path: str) -> list[Registrati
     """Names a module registers: the class itself, its model_type, AutoConfig.register(...) names, aliases."""
     found = [Registration(class_name, "class", path)]
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
             for stmt in node.body:
                 if (
                     isinstance(stmt, ast.Assign)
@@ -96,6 +99,10 @@ def builtin_names() -> dict[str, set[str]]:
         names["transformers config"] = set(CONFIG_MAPPING_NAMES)
     except ImportError:
         pass
+    if "LOCAL_DEFAULT_PATH" not in os.environ:  # importing mindformers writes ./output/log otherwise
+        scratch = tempfile.mkdtemp(prefix="msmon-mindformers-")
+        atexit.register(shutil.rmtree, scratch, True)
+        os.environ["LOCAL_DEFAULT_PATH"] = scratch
     try:
         from mindformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES as MF_NAMES
         from mindformers.tools.register import MindFormerRegister

@@ -163,3 +163,25 @@ def validate(
 def _overridden(loaded: LoadedConfig, path: str) -> bool:
     base = path.split("[")[0]
     return any(base == o or base.startswith(o + ".") for o in loaded.override_keys)
+
+
+def validate_config(
+    config: str | Path | dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
+    *,
+    monitor_config: dict[str, Any] | None = None,
+    resume: bool = False,
+    deep: bool = False,
+) -> ValidationResult:
+    """Library entry point: a YAML path or a training config dict; ``monitor_config`` replaces that section."""
+    from msmon.config.loader import config_from_dict, load_config
+
+    if isinstance(config, str | Path):
+        loaded = load_config(config, overrides)
+        if monitor_config is not None:
+            loaded.conf.monitor_config = monitor_config
+        return validate(loaded, resume=resume, deep=deep)
+    data = dict(config or {})
+    if monitor_config is not None:
+        data["monitor_config"] = monitor_config
+    return validate(config_from_dict(data, overrides), resume=resume, deep=deep)

@@ -1,0 +1,305 @@
+"""Each validate check, through the library API (fast) and the real CLI where the output matters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_msmon, tree_snapshot
+from validate_base import BASE_YAML, base_config, with_monitor, with_section
+
+from msmon.config.split import split_monitor_config
+from msmon.validate import validate_config
+
+
+def codes(result) -> set[str]:
+    return {f.code for f in result.findings}
+
+
+def test_base_config_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = validate_config(base_config())
+    assert result.valid, result.findings
+    assert result.settings.run_dir() == Path("./monitor_logs/demo/r1")
+
+
+def test_monitor_config_as_plain_dict_is_accepted() -> None:
+    result = validate_config(monitor_config={"monitor_type": "file", "log_interval": 5, "run_name": "x1"})
+    assert result.settings.monitor_type == ["file"]
+    assert result.settings.log_interval == 5
+    assert result.provenance["log_interval"] == "file"
+
+
+@pytest.mark.parametrize("value", [None, "", "auto", "AUTO"])
+def test_run_name_generated_from_model_name(value) -> None:
+    cfg = base_config()
+    cfg["monitor_config"]["run_name"] = value
+    result = validate_config(cfg)
+    assert result.settings.run_name.startswith("llama_tiny_")
+    assert len(result.settings.run_name) == len("llama_tiny_") + 15
+    assert result.provenance["run_name"] == "generated"
+
+
+def test_run_name_from_model_config_type_without_trainer_model_name() -> None:
+    cfg = base_config()
+    del cfg["trainer"]["model_name"]
+    cfg["monitor_config"]["run_name"] = "auto"
+    assert validate_config(cfg).settings.run_name.startswith("LlamaConfig_")
+
+
+def test_now_resolver_in_run_name() -> None:
+    result = validate_config(base_config(), ["monitor_config.run_name=exp_${now:%Y%m%d}"])
+    assert result.settings.run_name.startswith("exp_20")
+    assert result.provenance["run_name"] == "override"
+
+
+def test_existing_run_directory_is_refused_unless_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "monitor_logs" / "demo" / "r1"
+    run_dir.mkdir(parents=True)
+    assert validate_config(base_config()).valid  # empty directory: nothing to overwrite
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    result = validate_config(base_config())
+    assert "MS103" in codes(result) and not result.valid
+    assert validate_config(base_config(), resume=True).valid
+
+
+def test_save_dir_that_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs").write_text("x")
+    assert "MS203" in codes(validate_config(base_config(), ["monitor_config.save_dir=./logs"]))
+
+
+def test_save_dir_not_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import msmon.validate.save_dir as save_dir
+
+    monkeypatch.setattr(save_dir.os, "access", lambda path, mode: False)  # root may write anywhere: simulate
+    finding = next(f for f in validate_config(base_config(), [f"monitor_config.save_dir={tmp_path}/sub"]).findings
+                   if f.code == "MS203")
+    assert "not writable" in finding.message
+
+
+def test_save_dir_check_creates_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "c"
+    assert validate_config(base_config(), [f"monitor_config.save_dir={target}"]).valid
+    assert not (tmp_path / "a").exists()
+
+
+def test_low_free_disk_is_a_warning() -> None:
+    result = validate_config(base_config(), ["monitor_config.disk.min_free_mb=999999999"])
+    assert "MS204" in codes(result) and result.valid
+
+
+def test_aliases_are_accepted_and_duplicates_warned() -> None:
+    result = validate_config(with_monitor_dict(track_metrics=["global_norm", "lr", "step", "grad_norm"]))
+    assert result.valid
+    assert codes(result) == {"MS303"}
+
+
+def with_monitor_dict(**changes):
+    cfg = base_config()
+    cfg["monitor_config"].update(changes)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "metric"),
+    [
+        ("runner_wrapper.use_clip_grad", False, "grad_norm"),
+        ("runner_wrapper.type", "TrainOneStepCell", "grad_norm"),
+        ("runner_wrapper.type", "TrainOneStepCell", "loss_scale"),
+        ("runner_wrapper.local_norm", False, "local_norm"),
+    ],
+)
+def test_metric_not_exposed_names_the_setting(path, value, metric) -> None:
+    cfg = yaml_cfg(with_section(path, value))
+    cfg["monitor_config"]["track_metrics"] = [metric]
+    result = validate_config(cfg)
+    finding = next(f for f in result.findings if f.code == "MS302")
+    assert "flat line" in finding.message
+    assert "runner_wrapper" in finding.hint
+
+
+def yaml_cfg(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def test_grad_norm_exposed_by_template_default_wrapper() -> None:
+    cfg = base_config()
+    del cfg["runner_wrapper"]
+    cfg["context"]["device_target"] = "Ascend"
+    assert validate_config(cfg).valid
+
+
+def test_log_interval_one_with_many_metrics_warns() -> None:
+    result = validate_config(base_config(), ["monitor_config.log_interval=1"])
+    assert codes(result) == {"MS402"} and result.valid
+
+
+def test_log_interval_beyond_total_steps_warns() -> None:
+    result = validate_config(base_config(), ["monitor_config.log_interval=500"])
+    assert "MS403" in codes(result)
+
+
+def test_backend_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import msmon.validate.backends as backends
+
+    monkeypatch.setitem(backends.REQUIREMENTS, "tensorboard", (("no_such_package_xyz",), "no-such-package"))
+    result = validate_config(base_config(), ["monitor_config.monitor_type=[file,tensorboard]"])
+    finding = next(f for f in result.findings if f.code == "MS502")
+    assert "pip install no-such-package" in finding.hint
+
+
+@pytest.mark.parametrize(
+    ("uri", "ok"),
+    [("http://127.0.0.1:5000", True), ("sqlite:///mlflow.db", True), ("localhost:5000", False),
+     ("http://:5000", False), ("http://host:port", False), ("file:///tmp/mlruns", False)],
+)
+def test_mlflow_tracking_uri(uri, ok) -> None:
+    result = validate_config(base_config(), ["monitor_config.monitor_type=[mlflow]",
+                                             f"monitor_config.mlflow.tracking_uri='{uri}'"])
+    assert ("MS504" not in codes(result)) is ok
+
+
+def test_cpu_checks_only_on_cpu() -> None:
+    text = with_section("runner_config.sink_mode", True)
+    assert "MS601" in codes(validate_config(yaml_cfg(text)))
+    cfg = yaml_cfg(text)
+    cfg["context"]["device_target"] = "Ascend"
+    assert "MS601" not in codes(validate_config(cfg))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "code"),
+    [
+        ("model.model_config.fused_rms_norm", True, "MS602"),
+        ("model.model_config.use_flash_attention", True, "MS603"),
+        ("model.model_config.param_init_type", "bfloat16", "MS604"),
+        ("context.mode", 1, "MS607"),
+        ("use_legacy", False, "MS608"),
+    ],
+)
+def test_cpu_pitfalls(path, value, code) -> None:
+    assert code in codes(validate_config(yaml_cfg(with_section(path, value))))
+
+
+def test_cpu_fused_rms_norm_default_for_llama() -> None:
+    cfg = base_config()
+    del cfg["model"]["model_config"]["fused_rms_norm"]
+    assert "MS602" in codes(validate_config(cfg))
+
+
+def test_mindformers_keys_pass_through_and_are_split_off() -> None:
+    cfg = with_monitor_dict(monitor_on=False, step_interval=5, check_for_global_norm=False)
+    result = validate_config(cfg)
+    assert result.valid
+    training, ours = split_monitor_config(result.training)
+    assert training["monitor_config"] == {"monitor_on": False, "step_interval": 5, "check_for_global_norm": False}
+    assert "log_interval" in ours and "monitor_on" not in ours
+
+
+def test_no_monitor_config_is_a_warning_and_exit_zero(tmp_path: Path) -> None:
+    cfg = base_config()
+    del cfg["monitor_config"]
+    result = validate_config(cfg)
+    assert result.valid and codes(result) == {"MS000"}
+    assert result.settings.enable_monitor is False
+    path = tmp_path / "c.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg))
+    cli = run_msmon("validate", str(path), cwd=tmp_path)
+    assert cli.code == 0 and "monitoring is off" in cli.stdout
+
+
+def test_registry_conflict_with_builtin_model_type(tmp_path: Path) -> None:
+    (tmp_path / "my_model.py").write_text(
+        "class Aimv2Config:\n    model_type = 'aimv2'\n\nclass MyLlamaConfig:\n    model_type = 'my_llama_2026'\n"
+    )
+    cfg = base_config()
+    cfg["model"]["model_config"]["auto_register"] = "my_model.Aimv2Config"
+    path = tmp_path / "c.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg))
+    result = validate_config(str(path))
+    finding = next(f for f in result.findings if f.code == "MS701")
+    assert "'aimv2' is already used by a transformers config" in finding.message
+    assert "aimv2_custom" in finding.hint
+    assert finding.path == "model.model_config.auto_register"
+    cfg["model"]["model_config"]["auto_register"] = "my_model.MyLlamaConfig"
+    path.write_text(yaml.safe_dump(cfg))
+    assert "MS701" not in codes(validate_config(str(path)))
+
+
+def test_json_output_shape(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(with_monitor(log_intervall=3))
+    result = run_msmon("validate", str(path), "--json", cwd=tmp_path)
+    assert result.code == 1
+    doc = json.loads(result.stdout)
+    assert set(doc) >= {"valid", "config", "findings", "monitor_config"}
+    assert doc["valid"] is False
+    (finding,) = doc["findings"]
+    assert set(finding) == {"severity", "code", "path", "line", "message", "hint"}
+    assert finding["line"] == path.read_text().splitlines().index("  log_intervall: 3") + 1
+    assert doc["monitor_config"]["log_interval"] == 10
+
+
+def test_json_output_for_unreadable_file(tmp_path: Path) -> None:
+    result = run_msmon("validate", str(tmp_path / "none.yaml"), "--json", cwd=tmp_path)
+    assert result.code == 1
+    assert json.loads(result.stdout)["valid"] is False
+
+
+def test_human_output_shows_sources(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE_YAML)
+    result = run_msmon("validate", str(path), "monitor_config.log_interval=20", cwd=tmp_path)
+    assert result.code == 0
+    line = next(ln for ln in result.stdout.splitlines() if "log_interval" in ln)
+    assert "20" in line and "override" in line
+    assert "valid" in result.stdout
+
+
+def test_secret_interpolation_resolves_in_memory_only(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(with_monitor(run_name="${oc.env:MSMON_TEST_RUN}"))
+    before = tree_snapshot(tmp_path)
+    result = run_msmon("validate", str(path), "--json", cwd=tmp_path, env={"MSMON_TEST_RUN": "from_env"})
+    assert json.loads(result.stdout)["monitor_config"]["run_name"] == "from_env"
+    assert tree_snapshot(tmp_path) == before
+
+
+def test_validate_never_imports_mindspore_or_mindformers(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE_YAML)
+    code = (
+        "import sys\n"
+        "from msmon.cli.main import app\n"
+        "try:\n"
+        f"    app(['validate', {str(path)!r}, '--json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'mindspore', 'mindformers', 'mlflow', 'mindinsight', 'tensorboard', 'transformers', 'torch'})\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert "HEAVY []" in proc.stderr, proc.stderr
+
+
+def test_usage_error_exit_code_two(tmp_path: Path) -> None:
+    assert run_msmon("validate", cwd=tmp_path).code == 2
+    assert run_msmon("validate", "x.yaml", "--no-such-flag", cwd=tmp_path).code == 2
+
+
+def test_debug_env_shows_traceback(tmp_path: Path) -> None:
+    result = run_msmon("validate", str(tmp_path / "missing.yaml"), cwd=tmp_path, env={"MSMON_DEBUG": "1"})
+    assert result.code == 1
+    assert "Traceback" in result.stderr

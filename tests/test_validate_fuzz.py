@@ -1,0 +1,59 @@
+"""Random YAML documents and random monitor_config values never make a traceback escape."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from msmon.cli.main import app
+from msmon.config.schema import MonitorSettings
+
+KEYS = [*MonitorSettings.__dataclass_fields__, "monitor_on", "step_interval", "bogus", "health"]
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20), st.sampled_from(["file", "mindinsight", "mlflow", "auto", "../x", "${oc.env:NOPE}",
+                                           "${now:%Y}", "监控", "a b", "${", "}"]),
+)
+values = st.recursive(scalars, lambda children: st.lists(children, max_size=4) | st.dictionaries(
+    st.sampled_from(KEYS + ["stall", "timeout_s", "tracking_uri"]), children, max_size=4), max_leaves=12)
+monitor_sections = st.dictionaries(st.sampled_from(KEYS), values, max_size=8)
+runner = CliRunner()
+
+
+def _invoke(path: Path, *extra: str) -> None:
+    result = runner.invoke(app, ["validate", str(path), *extra])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert "Traceback" not in result.output
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(section=monitor_sections)
+def test_random_monitor_config_values(tmp_path: Path, section) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"monitor_config": section}, allow_unicode=True))
+    _invoke(path)
+    _invoke(path, "--json")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=string.printable + "：监控\x00\t{}[]&*!%@`|>-", max_size=200))
+def test_random_yaml_documents(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text, encoding="utf-8")
+    _invoke(path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(overrides=st.lists(st.text(alphabet=string.ascii_letters + "._=[]{}$:'\" ,", max_size=30), max_size=3))
+def test_random_overrides(tmp_path: Path, overrides: list[str]) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text("monitor_config:\n  run_name: r1\n")
+    _invoke(path, *[o for o in overrides if not o.startswith("-")])

@@ -1,0 +1,44 @@
+"""mindformers' own training YAMLs (shipped in its wheel) load and validate unchanged, with no traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from conftest import run_msmon
+
+from msmon.config.loader import load_config
+from msmon.validate import validate
+
+
+def _shipped_configs() -> list[Path]:
+    spec = importlib.util.find_spec("mindformers")
+    if spec is None or not spec.origin:
+        return []
+    site = Path(spec.origin).parents[1]
+    return sorted((site / "configs").rglob("*.yaml"))
+
+
+CONFIGS = _shipped_configs()
+
+
+def test_mindformers_ships_train_configs() -> None:
+    names = {p.name for p in CONFIGS}
+    assert "pretrain_qwen3_32b_4k.yaml" in names and len(CONFIGS) >= 20
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_real_config_loads_and_validates(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    loaded = load_config(path)
+    result = validate(loaded)
+    assert all(f.code not in {"MS001", "MS002", "MS003"} for f in result.findings), result.findings
+
+
+def test_real_config_with_anchors_and_monitor_keys_via_cli(tmp_path: Path) -> None:
+    path = next(p for p in CONFIGS if p.name == "pretrain_qwen3_32b_4k.yaml")
+    text = path.read_text()
+    assert "&" in text or "monitor_config" in text
+    result = run_msmon("validate", str(path), "monitor_config.log_interval=20", "--json", cwd=tmp_path)
+    assert result.code == 0, result.stdout + result.stderr
