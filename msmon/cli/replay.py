@@ -1,9 +1,54 @@
-"""`msmon replay` (being built)."""
+"""`msmon replay PATH [--json] [--config YAML]`: the live detectors, offline, over a recorded run."""
 
 from __future__ import annotations
 
+import json
+
 import typer
+
+from msmon.cli.common import handle_errors, stdout_console
 
 
 def register(app: typer.Typer) -> None:
-    """Nothing registered yet."""
+    app.command("replay")(replay)
+
+
+@handle_errors
+def replay(
+    path: str = typer.Argument(..., help="A run directory (its metrics.jsonl) or a JSON Lines file of records."),
+    as_json: bool = typer.Option(False, "--json", help="Print the alerts as one JSON list to stdout."),
+    config: str = typer.Option(
+        None, "--config", help="Use this YAML's monitor_config.health and lr_schedule (to tune thresholds)."
+    ),
+) -> None:
+    """Run the health detectors over a recorded run and print the alerts in step order (exit 0; 1 bad input)."""
+    from rich.markup import escape
+
+    from msmon.health.alert import json_safe
+    from msmon.health.replay import replay as run_replay
+
+    settings, training = _tuning(config) if config else (None, None)
+    alerts, count = run_replay(path, settings, training)
+    if as_json:
+        print(json.dumps([json_safe(alert.to_dict()) for alert in alerts], indent=2))
+        return
+    console = stdout_console()
+    for alert in alerts:
+        style = "bold red" if alert.severity == "critical" else "yellow"
+        console.print(
+            f"step {alert.step:>7}  [{style}]{alert.severity:<8}[/{style}]  {alert.detector:<15} "
+            f"{escape(alert.message)}"
+        )
+    noun = "alert" if len(alerts) == 1 else "alerts"
+    console.print(f"{len(alerts)} {noun} in {count} records of {escape(path)}")
+
+
+def _tuning(path: str) -> tuple[object, dict]:
+    """(health settings, training config) of a YAML given with --config."""
+    from msmon.config.loader import load_config
+    from msmon.health.replay import health_settings
+
+    resolved = load_config(path).resolved()
+    section = resolved.get("monitor_config") or {}
+    health = section.get("health") if isinstance(section, dict) else None
+    return health_settings(health, path), resolved

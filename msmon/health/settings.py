@@ -8,78 +8,93 @@ from typing import Literal
 from msmon.config.fields import doc
 
 Action = Literal["log", "alert", "stop"]
+ACTION_DOC = "log (alerts.jsonl and msmon.log only), alert (every sink), or stop (alert, then a graceful stop: exit 4)"
 
 
 @dataclass(frozen=True)
 class NonFiniteSettings:
-    enabled: bool = doc(True, "raise an alert the moment loss or grad_norm is NaN or Inf")
-    action: Action = doc("alert", "log, alert, or stop (graceful stop, exit code 4)")
+    enabled: bool = doc(True, "alert the moment loss or grad_norm is NaN or Inf (grad_norm ignored on overflow steps)")
+    action: Action = doc("alert", ACTION_DOC)
 
 
 @dataclass(frozen=True)
 class LossSpikeSettings:
-    enabled: bool = doc(True, "detect loss spikes against a robust running baseline")
-    action: Action = doc("alert", "log, alert, or stop")
-    warmup: int = doc(20, "logged steps before the detector may fire")
-    window: int = doc(50, "logged steps in the rolling baseline (median and MAD)")
-    ratio: float = doc(1.5, "a spike needs loss above ratio x the rolling median")
-    z_score: float = doc(6.0, "and a robust z-score (MAD based) above this value")
+    enabled: bool = doc(True, "detect loss spikes against the recent level; spiking values never enter it")
+    action: Action = doc("alert", ACTION_DOC)
+    warmup: int = doc(10, "logged steps that fill the baseline before the detector may fire")
+    level_window: int = doc(5, "recent logged steps whose median is the loss level (short: the loss falls)")
+    window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (robust, trend-free)")
+    ratio: float = doc(1.5, "a spike needs loss above ratio x the level ...")
+    z_score: float = doc(6.0, "... and (loss - level) above this many noise sigmas")
     patience: int = doc(2, "consecutive spiking logs before an alert")
 
 
 @dataclass(frozen=True)
 class GradExplosionSettings:
-    enabled: bool = doc(True, "detect sustained grad_norm growth against the run's own baseline")
-    action: Action = doc("alert", "log, alert, or stop")
-    warmup: int = doc(10, "logged steps that form the early robust baseline")
-    window: int = doc(10, "logged steps in the growth-slope window")
-    growth_per_step: float = doc(0.005, "minimum fitted growth of log(grad_norm) per training step")
-    ratio: float = doc(3.0, "and grad_norm above ratio x the early baseline")
+    enabled: bool = doc(True, "detect sustained exponential grad_norm growth against the run's own low")
+    action: Action = doc("alert", ACTION_DOC)
+    settle_steps: int = doc(50, "training steps after the LR warm-up (grad norms rise early) before the baseline forms")
+    window_steps: int = doc(60, "training steps over which the growth of log(grad_norm) is fitted")
+    min_points: int = doc(5, "logged values needed in the window for a fit")
+    growth_per_step: float = doc(0.005, "minimum fitted growth per training step (0.005 = 0.5%/step) ...")
+    t_stat: float = doc(3.0, "... with a fit this many standard errors above zero ...")
+    ratio: float = doc(1.5, "... and grad_norm above ratio x the lowest rolling median since the baseline formed")
     absolute_threshold: float | None = doc(
-        None, "mindformers' global_norm_spike_threshold: alert when grad_norm >= this value"
+        None, "alert when grad_norm >= this value (default: mindformers' global_norm_spike_threshold when set)"
     )
 
 
 @dataclass(frozen=True)
 class DeadSeriesSettings:
-    enabled: bool = doc(True, "detect grad_norm exactly 0 and metrics exactly constant")
-    action: Action = doc("alert", "log, alert, or stop")
+    enabled: bool = doc(True, "detect grad_norm exactly 0 and tracked metrics exactly constant")
+    action: Action = doc("alert", ACTION_DOC)
+    metrics: list[str] = doc(["loss", "grad_norm"], "metrics that must never stay exactly constant")
     window: int = doc(5, "logged steps a metric must stay exactly constant")
+    zero_patience: int = doc(2, "consecutive logs of grad_norm exactly 0")
 
 
 @dataclass(frozen=True)
 class LearningRateSettings:
     enabled: bool = doc(True, "check the learning rate is finite, non-negative, and follows its schedule")
-    action: Action = doc("alert", "log, alert, or stop")
-    peak: float | None = doc(None, "configured peak learning rate (default: read from lr_schedule)")
-    warmup_steps: int | None = doc(None, "warm-up steps of the schedule (default: read from lr_schedule)")
-    constant_window: int = doc(20, "logged steps of exactly constant LR that count as a frozen schedule")
+    action: Action = doc("alert", ACTION_DOC)
+    peak: float | None = doc(None, "peak learning rate (default: lr_schedule.learning_rate)")
+    warmup_steps: int | None = doc(None, "warm-up steps (default: lr_schedule warmup_steps or warmup_ratio)")
+    constant_window: int = doc(10, "logged steps of exactly constant LR that count as a frozen schedule")
+    zero_grace_steps: int = doc(10, "LR exactly 0 this many steps after the warm-up is a fault")
+    tolerance: float = doc(1e-3, "relative tolerance of the peak check (float32 rounding)")
 
 
 @dataclass(frozen=True)
 class ThroughputDropSettings:
-    enabled: bool = doc(True, "detect throughput below a fraction of the rolling median")
-    action: Action = doc("alert", "log, alert, or stop")
-    fraction: float = doc(0.5, "alert below this fraction of the rolling median")
-    window: int = doc(20, "logged steps in the rolling median")
-    patience: int = doc(3, "consecutive slow logs before an alert")
+    enabled: bool = doc(True, "detect throughput that stays below a fraction of its rolling median")
+    action: Action = doc("alert", ACTION_DOC)
+    fraction: float = doc(0.5, "slow = the median of the last `patience` logs below fraction x the baseline median")
+    window: int = doc(20, "logged steps in the baseline median")
+    warmup: int = doc(5, "logged values (after the first, which holds compilation) before it may fire")
+    patience: int = doc(5, "logged steps whose median must be slow")
+    min_steps: int = doc(50, "training steps the slowness must last (a neighbour's burst on the host is no alert)")
 
 
 @dataclass(frozen=True)
 class StallSettings:
-    enabled: bool = doc(True, "watch for steps that stop ending (a hang)")
-    action: Action = doc("alert", "log, alert, or stop")
+    enabled: bool = doc(True, "watchdog thread: alert when no step has ended for the timeout (a hang)")
+    action: Action = doc("alert", ACTION_DOC)
     timeout_s: float | None = doc(None, "seconds without a step end; default calibrates from step times")
-    factor: float = doc(10.0, "auto timeout = factor x the slowest recent step ...")
+    factor: float = doc(10.0, "calibrated timeout = factor x the slowest recent step ...")
     floor_s: float = doc(60.0, "... but never less than this many seconds")
+    recent: int = doc(50, "step times the calibration looks back on (the first step, compilation, never counts)")
+    first_step_timeout_s: float = doc(1800.0, "timeout before the first step has ended (graph compilation)")
+    poll_s: float = doc(0.5, "how often the watchdog looks")
 
 
 @dataclass(frozen=True)
 class AlertSettings:
-    webhook_url: str | None = doc(None, "HTTP(S) URL that receives each alert as a JSON POST")
+    webhook_url: str | None = doc(None, "HTTP(S) URL that receives each alert as a JSON POST (its own thread)")
     webhook_timeout_s: float = doc(5.0, "timeout of one webhook POST")
-    command: list[str] | None = doc(None, "argv run for each alert; the alert JSON is on its stdin")
-    rate_limit_s: float = doc(300.0, "minimum seconds between two alerts of the same detector")
+    command: list[str] | None = doc(None, "argv run for each alert (its own thread); the alert JSON is on stdin")
+    command_timeout_s: float = doc(30.0, "the command hook is killed after this many seconds")
+    queue_size: int = doc(100, "alerts waiting for the webhook or the command; beyond it they are dropped")
+    rate_limit_s: float = doc(300.0, "minimum seconds between two alerts of one detector (critical beats warning)")
 
 
 @dataclass(frozen=True)

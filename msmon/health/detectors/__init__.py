@@ -1,0 +1,40 @@
+"""The detectors, one module each, built from ``monitor_config.health`` and the training config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from msmon.health.detectors.base import Detector
+from msmon.health.detectors.dead_series import DeadSeriesDetector
+from msmon.health.detectors.grad_explosion import GradExplosionDetector
+from msmon.health.detectors.learning_rate import LearningRateDetector, schedule_from_config
+from msmon.health.detectors.loss_spike import LossSpikeDetector
+from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.detectors.stall import StallDetector
+from msmon.health.detectors.throughput_drop import ThroughputDropDetector
+from msmon.health.settings import HealthSettings
+
+
+def mindformers_norm_threshold(config: Mapping[str, Any] | None) -> float | None:
+    """``monitor_config.global_norm_spike_threshold`` when the training config sets it."""
+    section = (config or {}).get("monitor_config")
+    value = section.get("global_norm_spike_threshold") if isinstance(section, Mapping) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None) -> list[Detector]:
+    """The enabled detectors in a fixed order (the same list live and in replay)."""
+    schedule = schedule_from_config(config, settings.learning_rate)
+    grad = settings.grad_explosion
+    threshold = grad.absolute_threshold if grad.absolute_threshold is not None else mindformers_norm_threshold(config)
+    candidates: list[tuple[bool, Any]] = [
+        (settings.nonfinite.enabled, lambda: NonFiniteDetector(settings.nonfinite)),
+        (settings.dead_series.enabled, lambda: DeadSeriesDetector(settings.dead_series)),
+        (settings.loss_spike.enabled, lambda: LossSpikeDetector(settings.loss_spike)),
+        (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),
+        (settings.learning_rate.enabled, lambda: LearningRateDetector(settings.learning_rate, schedule)),
+        (settings.throughput_drop.enabled, lambda: ThroughputDropDetector(settings.throughput_drop)),
+        (settings.stall.enabled, lambda: StallDetector(settings.stall)),
+    ]
+    return [make() for enabled, make in candidates if enabled]

@@ -1,0 +1,103 @@
+"""Grad-norm explosion: sustained exponential growth against the run's own low, or an absolute cap."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from typing import Any
+
+from msmon.health.alert import Signal, fmt
+from msmon.health.detectors.base import metric
+from msmon.health.detectors.learning_rate import Schedule
+from msmon.health.settings import GradExplosionSettings
+
+
+def fit_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares (slope, t statistic) of y over x; t is inf for an exact fit."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx <= 0:
+        return 0.0, 0.0
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
+    se = math.sqrt(residual / max(n - 2, 1) / sxx)
+    if se <= 1e-15:
+        return slope, math.inf if slope > 0 else 0.0
+    return slope, slope / se
+
+
+class GradExplosionDetector:
+    """Fires when log(grad_norm) grows faster than ``growth_per_step`` with a significant fit and the
+    value is ``ratio`` x above the lowest rolling median seen since the warm-up: the growth that
+    precedes a loss blow-up while the loss still looks fine. Also fires on ``absolute_threshold``.
+
+    Its baseline forms only ``settle_steps`` after the schedule's LR warm-up (grad norms legitimately
+    rise early in a run) and it fits only once a full window lies after that point.
+    """
+
+    name = "grad_explosion"
+
+    def __init__(
+        self, settings: GradExplosionSettings, schedule: Schedule | None = None, absolute_threshold: float | None = None
+    ) -> None:
+        self.settings = settings
+        self.schedule = schedule or Schedule()
+        self.absolute_threshold = absolute_threshold
+        self._points: deque[tuple[int, float]] = deque()
+        self._low = math.inf
+        self._growing = False
+        self._over_cap = False
+
+    def observe(self, record: dict[str, Any]) -> Signal | None:
+        gn = metric(record, "grad_norm")
+        step = record.get("step")
+        if gn is None or not math.isfinite(gn) or gn <= 0 or not isinstance(step, int):
+            return None
+        s = self.settings
+        cap = self._cap(gn, step)
+        start = (self.schedule.warmup_end or 0) + s.settle_steps
+        if step <= start:
+            return cap
+        self._points.append((step, math.log(gn)))
+        while len(self._points) > s.min_points and self._points[0][0] < step - s.window_steps:
+            self._points.popleft()
+        if len(self._points) < s.min_points or step - start < s.window_steps:
+            return cap
+        slope, t = fit_slope(list(self._points))
+        self._low = min(self._low, math.exp(statistics.median(y for _, y in self._points)))
+        ratio = gn / self._low
+        growing = slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio
+        if not growing:
+            if slope < s.growth_per_step / 2 or ratio < s.ratio:
+                self._growing = False
+            return cap
+        if self._growing:
+            return cap
+        self._growing = True
+        first = math.exp(self._points[0][1])
+        span = step - self._points[0][0]
+        return Signal(
+            "warning",
+            f"grad_norm is growing {100 * (math.exp(slope) - 1):.2g}%/step over the last {span} steps "
+            f"({fmt(first)} -> {fmt(gn)}, {ratio:.2g}x its low {fmt(self._low)}); "
+            "an explosion builds like this before the loss shows it",
+            {"grad_norm": gn, "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low,
+             "ratio": ratio, "window_steps": span, "loss": metric(record, "loss")},
+        )
+
+    def _cap(self, gn: float, step: int) -> Signal | None:
+        limit = self.absolute_threshold
+        if limit is None or gn < limit:
+            self._over_cap = False
+            return None
+        if self._over_cap:
+            return None
+        self._over_cap = True
+        return Signal(
+            "warning",
+            f"grad_norm {fmt(gn)} reached the absolute threshold {fmt(limit)} (global_norm_spike_threshold)",
+            {"grad_norm": gn, "threshold": limit, "check": "absolute"},
+        )

@@ -1,0 +1,45 @@
+"""NaN or Inf in loss or grad_norm: critical, at once."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from msmon.health.alert import Signal, fmt
+from msmon.health.detectors.base import metric
+from msmon.health.settings import NonFiniteSettings
+
+
+class NonFiniteDetector:
+    """Fires when a non-finite value appears; re-arms once the values are finite again.
+
+    A non-finite grad_norm on a step the loss-scale wrapper flagged as overflow is expected (the
+    update is skipped and the scale lowered), so it does not count.
+    """
+
+    name = "nonfinite"
+
+    def __init__(self, settings: NonFiniteSettings) -> None:
+        self.settings = settings
+        self._active = False
+
+    def observe(self, record: dict[str, Any]) -> Signal | None:
+        bad: dict[str, float] = {}
+        for key in ("loss", "grad_norm"):
+            value = metric(record, key)
+            if value is not None and not math.isfinite(value):
+                bad[key] = value
+        if "grad_norm" in bad and "loss" not in bad and metric(record, "overflow"):
+            del bad["grad_norm"]
+        if not bad:
+            self._active = False
+            return None
+        if self._active:
+            return None
+        self._active = True
+        names = " and ".join(f"{key} is {fmt(value)}" for key, value in bad.items())
+        return Signal(
+            "critical",
+            f"{names}: the run has diverged or hit a bad batch; later updates are meaningless",
+            {**bad, "loss": metric(record, "loss"), "grad_norm": metric(record, "grad_norm")},
+        )

@@ -1,0 +1,98 @@
+"""Stalls: no step ended for a calibrated timeout (watchdog, live) or a time gap between records (replay)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from msmon.health.alert import Signal
+from msmon.health.settings import StallSettings
+
+
+def calibrate(step_seconds: Sequence[float], settings: StallSettings) -> float:
+    """The stall timeout: the configured one, else max(factor x slowest recent step, floor)."""
+    if settings.timeout_s is not None:
+        return settings.timeout_s
+    recent = [s for s in list(step_seconds)[-settings.recent :] if math.isfinite(s) and s >= 0]
+    if not recent:
+        return max(settings.first_step_timeout_s, settings.floor_s)
+    return max(settings.factor * max(recent), settings.floor_s)
+
+
+def stamp(unix: float | None) -> str:
+    """ISO 8601 UTC time of a unix timestamp, to the second."""
+    if unix is None:
+        return "n/a"
+    return datetime.fromtimestamp(unix, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StallDetector:
+    """One timeout rule for both entry points.
+
+    ``observe`` (every record, live and replay) learns per-step seconds from record times and reports
+    a gap between two records whose slowest step must have exceeded the timeout. ``check`` (the live
+    watchdog thread) reports a step that has not ended for the timeout while training is blocked. A
+    stall the watchdog reported is not reported again by the gap check.
+    """
+
+    name = "stall"
+
+    def __init__(self, settings: StallSettings) -> None:
+        self.settings = settings
+        self._seconds: deque[float] = deque(maxlen=max(settings.recent, 1))
+        self._prev: tuple[int, float] | None = None
+        self.reported_step: int | None = None
+
+    def timeout(self, step_seconds: Sequence[float] | None = None) -> float:
+        return calibrate(self._seconds if step_seconds is None else step_seconds, self.settings)
+
+    def observe(self, record: dict[str, Any]) -> Signal | None:
+        step, time = record.get("step"), record.get("time")
+        if not isinstance(step, int) or isinstance(time, bool) or not isinstance(time, int | float):
+            return None
+        prev, self._prev = self._prev, (step, float(time))
+        if prev is None or step <= prev[0] or time < prev[1]:
+            return None
+        steps, gap = step - prev[0], time - prev[1]
+        if not self._seconds:
+            self._seconds.append(gap / steps)
+            return None
+        typical = statistics.median(self._seconds)
+        slowest = gap - (steps - 1) * typical  # the longest single step inside the gap, at least
+        timeout = self.timeout()
+        if slowest <= timeout:
+            self._seconds.append(gap / steps)
+            return None
+        if self.reported_step is not None and prev[0] <= self.reported_step < step:
+            return None
+        return Signal(
+            "critical",
+            f"time gap: between step {prev[0]} ({stamp(prev[1])}) and step {step} ({stamp(time)}) one step took "
+            f"about {slowest:.3g} s, over the stall timeout of {timeout:.3g} s",
+            {"last_step": prev[0], "last_step_time": prev[1], "gap_s": gap, "stalled_s": slowest,
+             "timeout_s": timeout, "check": "gap"},
+        )
+
+    def check(
+        self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float]
+    ) -> Signal | None:
+        """Watchdog: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1."""
+        timeout = self.timeout(step_seconds)
+        marker = -1 if last_step is None else last_step
+        if idle_s <= timeout or self.reported_step == marker:
+            return None
+        self.reported_step = marker
+        where = "no step has ended yet"
+        if last_step is not None:
+            where = f"last step {last_step} ended at {stamp(last_end_wall)}"
+        return Signal(
+            "critical",
+            f"stall: no training step has ended for {idle_s:.3g} s (timeout {timeout:.3g} s); {where}. "
+            "The run may be hung (data loader, collective, I/O)",
+            {"last_step": last_step, "last_step_time": last_end_wall, "last_step_time_iso": stamp(last_end_wall),
+             "idle_s": idle_s, "timeout_s": timeout, "check": "watchdog"},
+        )

@@ -1,0 +1,75 @@
+"""Throughput drop: the recent median stays below a fraction of the baseline median (a starving pipeline)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from typing import Any
+
+from msmon.health.alert import Signal, fmt
+from msmon.health.detectors.base import metric
+from msmon.health.settings import ThroughputDropSettings
+
+
+def speed(record: dict[str, Any]) -> tuple[str, float] | None:
+    """(name, value) of the record's speed: throughput, else samples/s, else 1000 / step_time_ms."""
+    for key in ("throughput", "samples_per_s"):
+        value = metric(record, key)
+        if value is not None and math.isfinite(value) and value > 0:
+            return key, value
+    ms = metric(record, "step_time_ms")
+    if ms is not None and math.isfinite(ms) and ms > 0:
+        return "steps_per_s", 1000.0 / ms
+    return None
+
+
+class ThroughputDropDetector:
+    """Slow = median of the last ``patience`` logs < fraction x baseline median, for ``min_steps`` steps.
+
+    Single slow steps (a neighbour on the host, a checkpoint) do not move a median; slow logs never
+    enter the baseline, so a lasting drop is reported once and stays reported until speed returns.
+    """
+
+    name = "throughput_drop"
+
+    def __init__(self, settings: ThroughputDropSettings) -> None:
+        self.settings = settings
+        self._baseline: deque[float] = deque(maxlen=max(settings.window, 1))
+        self._recent: deque[float] = deque(maxlen=max(settings.patience, 1))
+        self._seen = 0
+        self._since: int | None = None
+        self._active = False
+
+    def observe(self, record: dict[str, Any]) -> Signal | None:
+        found = speed(record)
+        step = record.get("step")
+        if found is None or not isinstance(step, int):
+            return None
+        name, value = found
+        self._seen += 1
+        s = self.settings
+        if self._seen == 1:  # the first log holds the graph compilation
+            return None
+        self._recent.append(value)
+        if len(self._baseline) < max(s.warmup, 1):
+            self._baseline.append(value)
+            return None
+        base = statistics.median(self._baseline)
+        current = statistics.median(self._recent)
+        if current >= s.fraction * base:
+            self._since = None
+            self._active = False
+            self._baseline.append(value)
+            return None
+        self._since = step if self._since is None else self._since
+        if self._active or step - self._since < s.min_steps or len(self._recent) < self._recent.maxlen:
+            return None
+        self._active = True
+        return Signal(
+            "warning",
+            f"{name} has stayed at {current / base:.0%} of its usual {fmt(base)} since step {self._since} "
+            f"(now {fmt(value)}): something, often the data pipeline, is starving the training",
+            {name: value, "recent_median": current, "baseline_median": base, "fraction": current / base,
+             "since_step": self._since},
+        )

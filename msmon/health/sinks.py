@@ -1,0 +1,169 @@
+"""Where alerts go: alerts.jsonl, the console log, the backends, a webhook and a command hook.
+
+The webhook and the command run on their own daemon thread behind a bounded queue: a receiver that
+is down or hangs costs the training nothing (a full queue drops the alert and says so once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from msmon.health.alert import Alert
+
+logger = logging.getLogger("msmon")
+_STOP = object()
+
+
+def console_line(alert: Alert) -> str:
+    """``HEALTH ALERT [critical] step 120 nonfinite: loss is NaN ...``"""
+    return f"HEALTH ALERT [{alert.severity}] step {alert.step} {alert.detector}: {alert.message}"
+
+
+class AlertFile:
+    """Appends one JSON line per alert to ``alerts.jsonl`` and flushes it."""
+
+    quiet = True
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def handle(self, alert: Alert) -> None:
+        line = json.dumps(alert.to_dict()) + "\n"  # NaN/Infinity tokens, like metrics.jsonl
+        with self._lock, self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
+
+    def close(self) -> None:
+        return None
+
+
+class ConsoleSink:
+    """The ``msmon`` logger: ERROR for critical, WARNING for warning, INFO for action ``log``."""
+
+    quiet = True
+
+    def handle(self, alert: Alert) -> None:
+        if alert.action == "log":
+            level = logging.INFO
+        else:
+            level = logging.ERROR if alert.severity == "critical" else logging.WARNING
+        logger.log(level, console_line(alert))
+
+    def close(self) -> None:
+        return None
+
+
+class BackendSink:
+    """Hands each alert to the session, which passes it to the backends' ``write_alert``."""
+
+    quiet = False
+
+    def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
+        self.emit = emit
+
+    def handle(self, alert: Alert) -> None:
+        self.emit(alert.to_dict())
+
+    def close(self) -> None:
+        return None
+
+
+class AsyncSink:
+    """A daemon thread delivering alerts from a bounded queue; ``deliver`` may block, training never does."""
+
+    quiet = False
+
+    def __init__(self, name: str, queue_size: int, close_timeout_s: float) -> None:
+        self.name = name
+        self.delivered = 0
+        self.failed = 0
+        self.dropped = 0
+        self._close_timeout = close_timeout_s
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(queue_size, 1))
+        self._warned = False
+        self._thread = threading.Thread(target=self._run, name=f"msmon-{name}", daemon=True)
+        self._thread.start()
+
+    def handle(self, alert: Alert) -> None:
+        try:
+            self._queue.put_nowait(alert)
+        except queue.Full:
+            self.dropped += 1
+            self._warn(f"{self.name}: queue full, alert dropped (the receiver is slow or down)")
+
+    def close(self) -> None:
+        """Deliver what is queued, waiting at most ``close_timeout_s``; a hung receiver is abandoned."""
+        try:
+            self._queue.put(_STOP, timeout=self._close_timeout)
+        except queue.Full:
+            return
+        self._thread.join(self._close_timeout)
+        if self._thread.is_alive():
+            self._warn(f"{self.name}: still busy at close; abandoned")
+
+    def deliver(self, alert: Alert) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            try:
+                self.deliver(item)
+                self.delivered += 1
+            except Exception as exc:  # noqa: BLE001 - report and keep serving
+                self.failed += 1
+                self._warn(f"{self.name}: delivery failed: {type(exc).__name__}: {exc}")
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning("%s (further problems of this alert hook are not shown)", message)
+
+
+class WebhookSink(AsyncSink):
+    """POSTs each alert as strict JSON (``Content-Type: application/json``)."""
+
+    def __init__(self, url: str, timeout_s: float, queue_size: int = 100) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        super().__init__("webhook", queue_size, close_timeout_s=timeout_s + 1.0)
+
+    def deliver(self, alert: Alert) -> None:
+        request = urllib.request.Request(
+            self.url, data=alert.to_json().encode("utf-8"), method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "msmon"},
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - user's URL
+            response.read()
+
+
+class CommandSink(AsyncSink):
+    """Runs ``argv`` (no shell) with the alert's JSON on stdin."""
+
+    def __init__(self, argv: list[str], timeout_s: float, queue_size: int = 100) -> None:
+        self.argv = list(argv)
+        self.timeout_s = timeout_s
+        super().__init__("command hook", queue_size, close_timeout_s=timeout_s + 1.0)
+
+    def deliver(self, alert: Alert) -> None:
+        started = time.monotonic()
+        result = subprocess.run(  # noqa: S603 - argv list from the user's config, no shell
+            self.argv, input=alert.to_json() + "\n", text=True, capture_output=True, timeout=self.timeout_s,
+            check=False,
+        )
+        if result.returncode != 0:
+            tail = (result.stderr or "").strip().splitlines()[-1:] or [""]
+            raise RuntimeError(f"{self.argv[0]} exited {result.returncode} after "
+                               f"{time.monotonic() - started:.1f} s {tail[0]}".rstrip())
