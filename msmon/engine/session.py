@@ -64,7 +64,7 @@ class MonitorSession:
         self._metrics = canonical_metrics(settings.track_metrics)
         self._dead = DeadSeriesWatch(frozenset(self._metrics))
         self._heartbeat = Heartbeat(self.run_dir, self.progress, rank)
-        self._guard = DiskGuard(self.run_dir, settings.disk)
+        self.disk_guard = DiskGuard(self.run_dir, settings.disk)
         self._callback: Any = None
         self._summary: SessionSummary | None = None
         self._close_lock = threading.Lock()
@@ -98,6 +98,11 @@ class MonitorSession:
                     self.run_dir.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     logger.warning("msmon: cannot create %s: %s (training continues)", self.run_dir, describe(exc))
+            for runner in self.writer.runners:
+                try:
+                    runner.backend.prepare()
+                except Exception as exc:  # its open() fails and is reported by the writer
+                    logger.debug("msmon: backend '%s' prepare failed: %s", runner.backend.name, describe(exc))
             self.writer.start()
             atexit.register(self._close_at_exit)
         return self
@@ -170,7 +175,7 @@ class MonitorSession:
             return
         self._heartbeat.tick()
         if self.disk_guard_reason is None:
-            reason = self._guard.check()
+            reason = self.disk_guard.check()
             if reason:
                 self._trip_disk_guard(reason)
 

@@ -28,6 +28,10 @@ class Backend:
         """How often the writer calls ``flush`` while records keep coming."""
         return 1.0
 
+    def prepare(self) -> None:
+        """Import heavy packages; called on the thread that starts the session (imports racing across
+        threads break mindspore's package initialisation)."""
+
     def open(self) -> None:
         """Create files or connections (may raise; the writer retries or disables the backend)."""
 

@@ -15,6 +15,9 @@ class MindInsightBackend(Backend):
 
     _summary: Any = None
 
+    def prepare(self) -> None:
+        import mindspore.train.summary  # noqa: F401
+
     def open(self) -> None:
         from mindspore.train.summary import SummaryRecord
 

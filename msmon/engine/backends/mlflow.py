@@ -39,6 +39,9 @@ class MlflowBackend(Backend):
     _params_logged = False
     _alerts = 0
 
+    def prepare(self) -> None:
+        import mlflow.entities  # noqa: F401
+
     def open(self) -> None:
         options = self.settings.mlflow
         if not options.tracking_uri:

@@ -21,6 +21,9 @@ class TensorBoardBackend(Backend):
     def flush_interval_s(self) -> float:
         return self.settings.tensorboard.flush_secs
 
+    def prepare(self) -> None:
+        import tensorboardX  # noqa: F401
+
     def open(self) -> None:
         from tensorboardX import SummaryWriter
 

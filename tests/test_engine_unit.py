@@ -1,0 +1,310 @@
+"""Engine logic without training: queue, observer, warnings, writer isolation, disk guard, file backend."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_support import (
+    FAKES,
+    BlockingBackend,
+    FlakyNetworkBackend,
+    MemoryBackend,
+    read_jsonl,
+    settings,
+)
+
+from msmon.engine.backends import backend_class, backend_names, register_backend, unregister_backend
+from msmon.engine.callback import StepObserver, split_outputs
+from msmon.engine.record import StepProgress, console_line
+from msmon.engine.session import MonitorSession
+from msmon.engine.writer import DropQueue
+
+
+@pytest.fixture(autouse=True)
+def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.chdir(tmp_path)
+    for cls in FAKES:
+        register_backend(cls)
+    MemoryBackend.store.clear()
+    BlockingBackend.store.clear()
+    yield
+    for cls in FAKES:
+        unregister_backend(cls.name)
+
+
+class Params(dict):
+    """A stand-in for MindSpore's InternalCallbackParam (a dict with attribute access)."""
+
+    __getattr__ = dict.__getitem__
+
+
+class Stop:
+    stop_reason: str | None = None
+
+
+def msmon_warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "msmon" and r.levelno == logging.WARNING
+            and text in r.getMessage()]
+
+
+def test_drop_queue_drops_the_oldest_and_counts():
+    queue = DropQueue(3)
+    for item in range(5):
+        queue.put(item)
+    assert queue.drain() == [2, 3, 4]
+    assert queue.dropped == 2
+    queue.put(9)
+    queue.put_front([7, 8])
+    queue.put_front([1, 2])  # full: 1 and 2 are dropped, not the queued ones
+    assert queue.drain() == [7, 8, 9]
+    assert queue.dropped == 4
+
+
+def test_split_outputs_names_every_mindformers_layout():
+    assert split_outputs(1.5) == {"loss": 1.5}
+    assert split_outputs((1, 0, 2)) == {"loss": 1, "overflow": 0, "loss_scale": 2}
+    five = split_outputs((1, 0, 2, 0.1, 3.0))
+    assert five == {"loss": 1, "overflow": 0, "loss_scale": 2, "learning_rate": 0.1, "grad_norm": 3.0}
+    seven = split_outputs((1, 0, 2, 0.1, 3.0, [4.0, 5.0], 2))
+    assert seven["local_norm"] == [4.0, 5.0] and seven["grad_norm"] == 3.0
+    assert split_outputs((1.0, 2.0)) == {"loss": 1.0}
+
+
+def _observer(s, records: list[dict[str, Any]], stop: Stop | None = None, **kwargs: Any) -> StepObserver:
+    return StepObserver(s, StepProgress(), records.append, stop or Stop(), **kwargs)
+
+
+def test_observer_logs_every_interval_with_mindformers_outputs(tmp_path: Path):
+    import numpy as np
+
+    records: list[dict[str, Any]] = []
+    s = settings(tmp_path, log_interval=3, track_metrics=[
+        "loss", "global_norm", "lr", "throughput", "global_step", "step_time_ms", "loss_scale", "overflow", "epoch"])
+    observer = _observer(s, records, world_size=2, config={"model": {"model_config": {"seq_length": 64}}})
+    batch = [np.zeros((2, 65), np.int32)]
+    observer.begin(Params(epoch_num=1, batch_num=9))
+    for step in range(1, 10):
+        outputs = (np.float32(7.0 - step), np.bool_(step == 6), np.float32(1024.0), np.float32(0.01), np.float32(step))
+        time.sleep(0.002)
+        observer.step_end(Params(cur_step_num=step, cur_epoch_num=1, net_outputs=outputs,
+                                 train_dataset_element=batch))
+    assert [r["step"] for r in records] == [3, 6, 9]
+    third = records[1]
+    assert third["loss"] == 1.0 and third["grad_norm"] == 6.0 and third["overflow"] == 1
+    assert third["learning_rate"] == pytest.approx(0.01) and third["loss_scale"] == 1024.0
+    assert third["global_step"] == 6 and third["epoch"] == 1 and third["rank"] == 0
+    seconds = third["step_time_ms"] / 1000
+    assert third["throughput_per_device"] == pytest.approx(2 * 64 / seconds)
+    assert third["throughput"] == pytest.approx(2 * 2 * 64 / seconds)
+    assert third["samples_per_s"] == pytest.approx(2 * 2 / seconds)
+    assert abs(third["time"] - time.time()) < 5
+
+
+def test_non_logging_steps_only_count(tmp_path: Path):
+    records: list[dict[str, Any]] = []
+    progress = StepProgress()
+    observer = StepObserver(settings(tmp_path, log_interval=10), progress, records.append, Stop())
+    observer.step_end(Params(cur_step_num=7))  # no net_outputs at all: must not be read
+    assert records == [] and progress.last_step == 7 and progress.last_end_wall is not None
+
+
+def test_absent_metric_warns_once_with_the_fix_and_is_never_a_placeholder(tmp_path, caplog):
+    records: list[dict[str, Any]] = []
+    config = {"runner_wrapper": {"type": "MFTrainOneStepCell", "use_clip_grad": False}}
+    observer = _observer(settings(tmp_path, log_interval=1), records, config=config)
+    for step in (1, 2, 3):
+        observer.step_end(Params(cur_step_num=step, net_outputs=2.0))
+    absent = msmon_warnings(caplog, "'grad_norm' is absent")
+    assert len(absent) == 1 and "use_clip_grad: True" in absent[0] and "track_metrics" in absent[0]
+    assert len(msmon_warnings(caplog, "'throughput' is absent")) == 1
+    assert all("grad_norm" not in r and "throughput" not in r for r in records)
+    assert [r["loss"] for r in records] == [2.0, 2.0, 2.0]
+
+
+def test_stop_request_reaches_the_callback(tmp_path: Path):
+    stop = Stop()
+    observer = _observer(settings(tmp_path), [], stop)
+    assert observer.step_end(Params(cur_step_num=1)) is False
+    stop.stop_reason = "loss spike"
+    assert observer.step_end(Params(cur_step_num=2)) is True
+
+
+def test_registry_lists_valid_names_on_unknown():
+    assert {"file", "mindinsight", "tensorboard", "mlflow"} <= set(backend_names())
+    with pytest.raises(ValueError, match="valid: .*file"):
+        backend_class("nosuch")
+
+
+def _run_records(session: MonitorSession, steps: range, **extra: Any) -> list[dict[str, Any]]:
+    records = [{"step": step, "time": time.time(), "rank": 0, "loss": 1.0 / step, **extra} for step in steps]
+    for record in records:
+        session.writer.put(record)
+    return records
+
+
+def test_failing_backend_warns_once_and_the_others_keep_everything(tmp_path, caplog):
+    s = settings(tmp_path, monitor_type=["file", "failing", "memory"])
+    session = MonitorSession(s, s.run_dir()).start()
+    sent = []
+    for chunk in range(5):
+        sent += _run_records(session, range(chunk * 10 + 1, chunk * 10 + 11))
+        time.sleep(0.3)
+    summary = session.close("completed")
+    assert len(msmon_warnings(caplog, "msmon: backend 'failing'")) == 1
+    assert summary.backends["failing"]["status"] == "disabled"
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+    assert MemoryBackend.store[str(s.run_dir())] == sent
+    assert summary.records_written == 50 and summary.dropped_records == 0
+
+
+def test_network_backend_is_retried_and_loses_nothing(tmp_path, caplog):
+    FlakyNetworkBackend.failures = 2
+    FlakyNetworkBackend.store.clear()
+    s = settings(tmp_path, monitor_type=["flaky", "file"])
+    session = MonitorSession(s, s.run_dir()).start()
+    sent = _run_records(session, range(1, 21))
+    time.sleep(0.5)
+    sent += _run_records(session, range(21, 31))
+    time.sleep(3.5)  # backoff 1 s then 2 s
+    summary = session.close("completed")
+    assert len(msmon_warnings(caplog, "msmon: backend 'flaky'")) == 1
+    assert FlakyNetworkBackend.store[str(s.run_dir())] == sent
+    assert summary.backends["flaky"]["status"] == "ok" and summary.backends["flaky"]["failures"] == 2
+
+
+def test_blocking_backend_neither_blocks_training_nor_other_backends(tmp_path):
+    BlockingBackend.delay, BlockingBackend.writes = 1.0, 0
+    s = settings(tmp_path, monitor_type=["blocking", "file"])
+    from dataclasses import replace
+
+    s = replace(s, writer=replace(s.writer, queue_size=20))
+    session = MonitorSession(s, s.run_dir()).start()
+    slowest = 0.0
+    sent = []
+    for step in range(1, 201):
+        started = time.perf_counter()
+        sent += _run_records(session, range(step, step + 1))
+        slowest = max(slowest, time.perf_counter() - started)
+        time.sleep(0.005)
+    time.sleep(0.3)
+    summary = session.close("completed")
+    assert slowest < 0.05  # put() never waits for a backend
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+    blocked = summary.backends["blocking"]
+    assert blocked["dropped"] > 0 and blocked["written"] + blocked["dropped"] == 200
+    assert len(BlockingBackend.store[str(s.run_dir())]) == blocked["written"] <= 20 * BlockingBackend.writes
+    assert summary.dropped_records == blocked["dropped"]
+
+
+def test_close_is_idempotent_flushes_and_writes_the_heartbeat(tmp_path):
+    s = settings(tmp_path)
+    session = MonitorSession(s, s.run_dir()).start()
+    session.progress.last_step, session.progress.last_end_monotonic = 40, time.monotonic()
+    sent = _run_records(session, range(5, 45, 5))
+    first = session.close("completed")
+    assert session.close("failed") is first
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+    beat = json.loads((s.run_dir() / "heartbeat.json").read_text())
+    assert beat["step"] == 40 and beat["pid"] == os.getpid() and beat["rank"] == 0
+    assert abs(beat["time"] - time.time()) < 5
+    assert first.last_step == 40 and first.last_record == sent[-1]
+
+
+def test_nan_and_inf_stay_what_they_are_in_jsonl_and_csv(tmp_path):
+    from dataclasses import replace
+
+    s = settings(tmp_path, track_metrics=["loss", "grad_norm"])
+    s = replace(s, file=replace(s.file, csv=True))
+    session = MonitorSession(s, s.run_dir()).start()
+    values = [math.nan, math.inf, -math.inf, 0.5]
+    for step, value in enumerate(values, 1):
+        session.writer.put({"step": step, "time": 1.0, "rank": 0, "loss": value})
+    session.close("completed")
+    text = (s.run_dir() / "metrics.jsonl").read_text()
+    assert "NaN" in text and "Infinity" in text and "-Infinity" in text
+    loaded = [r["loss"] for r in read_jsonl(s.run_dir() / "metrics.jsonl")]
+    assert math.isnan(loaded[0]) and loaded[1:] == values[1:]
+    import csv
+
+    rows = list(csv.DictReader((s.run_dir() / "metrics.csv").open()))
+    assert [row["loss"] for row in rows] == ["nan", "inf", "-inf", "0.5"] and rows[0]["grad_norm"] == ""
+
+
+def test_dead_series_warns_once(tmp_path, caplog):
+    s = settings(tmp_path, track_metrics=["loss", "grad_norm", "learning_rate"])
+    session = MonitorSession(s, s.run_dir()).start()
+    for step in range(1, 41):
+        session.writer.put({"step": step, "time": 1.0, "rank": 0, "loss": 6.907755, "grad_norm": 0.0,
+                            "learning_rate": 0.01})
+    session.close("completed")
+    dead = msmon_warnings(caplog, "dead or fake series")
+    assert len(dead) == 2 and any("'loss'" in w for w in dead) and any("'grad_norm'" in w for w in dead)
+
+
+def test_disk_guard_stops_heavy_outputs_and_keeps_the_jsonl(tmp_path, caplog):
+    from dataclasses import replace
+
+    s = settings(tmp_path, monitor_type=["file", "tensorboard"])
+    s = replace(s, disk=replace(s.disk, max_run_mb=0))
+    session = MonitorSession(s, s.run_dir())
+    session.disk_guard.interval_s = 0.2
+    session.start()
+    sent = []
+    for chunk in range(3):
+        sent += _run_records(session, range(chunk * 10 + 1, chunk * 10 + 11))
+        time.sleep(0.3)
+    summary = session.close("completed")
+    assert len(msmon_warnings(caplog, "disk guard")) == 1
+    assert summary.backends["tensorboard"]["status"] == "suspended"
+    assert "max_run_mb" in summary.disk_guard
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+
+
+def test_enospc_from_the_kernel_warns_once_and_trips_the_disk_guard(tmp_path, caplog):
+    s = settings(tmp_path, monitor_type=["devfull", "file", "tensorboard"])
+    session = MonitorSession(s, s.run_dir()).start()
+    sent = []
+    for chunk in range(4):
+        sent += _run_records(session, range(chunk * 5 + 1, chunk * 5 + 6))
+        time.sleep(0.7)
+    summary = session.close("completed")
+    warned = msmon_warnings(caplog, "msmon: backend 'devfull'")
+    assert len(warned) == 1 and "No space left on device" in warned[0]
+    assert summary.backends["devfull"]["status"] == "disabled"
+    assert "ENOSPC" in (summary.disk_guard or "")
+    assert summary.backends["tensorboard"]["status"] == "suspended"
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+
+
+def test_only_rank_zero_writes_unless_per_rank(tmp_path):
+    from dataclasses import replace
+
+    s = settings(tmp_path)
+    quiet = MonitorSession(s, s.run_dir(), rank=1, world_size=2)
+    assert not quiet.writes and quiet.writer.runners == []
+    per_rank = replace(s, writer=replace(s.writer, per_rank=True))
+    loud = MonitorSession(per_rank, per_rank.run_dir(), rank=1, world_size=2).start()
+    loud.writer.put({"step": 1, "time": 1.0, "rank": 1, "loss": 1.0})
+    loud.close("completed")
+    assert read_jsonl(s.run_dir() / "rank_1" / "metrics.jsonl")[0]["rank"] == 1
+
+
+def test_console_line_is_compact():
+    line = console_line({"step": 20, "loss": 2.3456789, "learning_rate": 5e-3, "throughput": 4210.55, "rank": 0})
+    assert line == "msmon: step 20 | loss 2.3457 | lr 0.005 | tokens/s 4210.6"
+
+
+def test_importing_the_engine_imports_no_heavy_package():
+    code = ("import sys, msmon.engine.session, msmon.engine.backends; "
+            "print([m for m in ('mindspore', 'mlflow', 'tensorboardX', 'mindinsight') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
