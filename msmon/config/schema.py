@@ -40,7 +40,7 @@ class TensorBoardOptions:
 @dataclass(frozen=True)
 class MlflowOptions:
     tracking_uri: str | None = doc(
-        None, "MLflow tracking URI: http(s)://host:port or sqlite:///path.db (required for mlflow)", "MS510"
+        None, "MLflow tracking URI: http(s)://host:port or sqlite:///path.db (required for mlflow)", "MS503, MS504"
     )
     experiment_name: str | None = doc(None, "MLflow experiment; default: project_name")
     batch_size: int = doc(100, "metric values sent per log_batch request")
@@ -67,15 +67,15 @@ class MonitorSettings:
 
     enable_monitor: bool = doc(True, "master switch; false turns monitoring off (validation still runs)")
     monitor_type: list[Literal["mindinsight", "tensorboard", "mlflow", "file"]] = doc(
-        ["mindinsight", "file"], "backend name or list of names", "MS501"
+        ["mindinsight", "file"], "backend name or list of names", "MS501, MS502"
     )
-    project_name: str = doc("default", "groups runs: <save_dir>/<project_name>/<run_name>", "MS101")
+    project_name: str = doc("default", "groups runs: <save_dir>/<project_name>/<run_name>", "MS102")
     run_name: str | None = doc(
-        None, "unique run name; empty or 'auto' generates <model>_<YYYYmmdd_HHMMSS>", "MS101"
+        None, "unique run name; empty or 'auto' generates <model>_<YYYYmmdd_HHMMSS>", "MS101, MS103"
     )
-    log_interval: int = doc(10, "log every N steps (>= 1)", "MS401")
-    track_metrics: list[str] = doc(list(CORE_METRICS), "metrics to record; aliases accepted", "MS301")
-    save_dir: str = doc(DEFAULT_SAVE_DIR, "root of all run directories (ASCII, no whitespace)", "MS201")
+    log_interval: int = doc(10, "log every N steps (>= 1)", "MS401, MS402, MS403")
+    track_metrics: list[str] = doc(list(CORE_METRICS), "metrics to record; aliases accepted", "MS301, MS302, MS303")
+    save_dir: str = doc(DEFAULT_SAVE_DIR, "root of all run directories (ASCII, no whitespace)", "MS201-MS204")
     use_callback: bool = doc(True, "inject msmon's callback into the Trainer (false: validate + board only)")
     verbose: bool = doc(False, "print the registration line and one console line per logged step")
     file: FileOptions = field(default_factory=FileOptions)

@@ -1,0 +1,32 @@
+"""The reference docs are generated from the code and must not drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msmon.cli.docgen import render_cli
+from msmon.config.docgen import render
+from msmon.validate.codes import CODES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_config_reference_is_current() -> None:
+    assert (REPO / "docs" / "config.md").read_text(encoding="utf-8") == render(), (
+        "docs/config.md is stale: run `python -m msmon.config.docgen docs/config.md`"
+    )
+
+
+def test_cli_reference_is_current() -> None:
+    assert (REPO / "docs" / "cli.md").read_text(encoding="utf-8") == render_cli(), (
+        "docs/cli.md is stale: run `python -m msmon.cli.docgen docs/cli.md`"
+    )
+
+
+def test_every_emitted_code_is_documented() -> None:
+    import re
+
+    emitted = set()
+    for path in (REPO / "msmon").rglob("*.py"):
+        emitted |= set(re.findall(r'"(MS\d{3})"', path.read_text(encoding="utf-8")))
+    assert emitted - set(CODES) == set()
