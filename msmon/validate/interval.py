@@ -9,13 +9,19 @@ PATH = "monitor_config.log_interval"
 MANY_METRICS = 5
 
 
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def total_steps(ctx: CheckContext) -> int | None:
-    """The run's step count when the config states it (runner_config.stop_step or lr_schedule.total_steps)."""
+    """The run's step count when the config states it: stop_step, lr_schedule.total_steps, or num_samples."""
     for key in ("runner_config.stop_step", "lr_schedule.total_steps"):
-        value = ctx.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+        if steps := _positive_int(ctx.get(key)):
+            return steps
+    samples = _positive_int(ctx.get("train_dataset.data_loader.num_samples"))
+    batch = _positive_int(ctx.get("runner_config.batch_size")) or _positive_int(ctx.get("train_dataset.batch_size"))
+    epochs = _positive_int(ctx.get("runner_config.epochs")) or 1
+    return samples // batch * epochs if samples and batch else None
 
 
 def check_interval(ctx: CheckContext) -> list[Finding]:
