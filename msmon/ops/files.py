@@ -16,18 +16,31 @@ def msmon_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".msmon"
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` through a temporary file in the same directory, fsync, then rename."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+def write_temp(directory: Path, name: str, data: bytes, mode: int | None = None) -> Path:
+    """A fsynced temporary file holding ``data`` in ``directory`` (to be renamed or linked into place)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        if mode is not None:
+            os.chmod(tmp, mode)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temporary file, fsync, rename), keeping its permissions."""
+    target = Path(path)
+    mode = target.stat().st_mode & 0o7777 if target.exists() else None
+    tmp = write_temp(target.parent, target.name, data, mode)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 
