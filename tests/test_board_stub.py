@@ -244,6 +244,12 @@ def test_board_dir_from_config_and_project_level(tmp_path: Path, monkeypatch: py
     (run / "events.out.events.summary.1796004295.0.host_MS").write_bytes(b"x")
     assert resolve_board_dir(tmp_path / "saves", "mindinsight") == (tmp_path / "saves" / "proj").resolve()
     assert resolve_board_dir(tmp_path / "saves", "tensorboard") == (tmp_path / "saves").resolve()
+    # a run that has only started (run.json, no summary yet) already points MindInsight at the newest project
+    new_run = tmp_path / "saves" / "newproj" / "run2"
+    new_run.mkdir(parents=True)
+    (new_run / "run.json").write_text("{}")
+    os.utime(new_run.parent, (time.time() + 10, time.time() + 10))
+    assert resolve_board_dir(tmp_path / "saves", "mindinsight") == new_run.parent.resolve()
     with pytest.raises(MsmonError) as info:
         resolve_board_dir(tmp_path / "train.yml", "mindinsight")
     assert info.value.exit_code == ExitCode.BOARD_FAILED

@@ -13,11 +13,16 @@ from msmon.errors import ExitCode, MsmonError
 log = logging.getLogger("msmon")
 
 _SUMMARY = re.compile(r"summary\.\d+|\.pb$|tfevents")
+_RUN_FILES = ("run.json", "heartbeat.json", "metrics.jsonl")
 
 
 def _has_summary(directory: Path) -> bool:
+    """Summary or event files, or an msmon run that will write them, directly in ``directory``."""
     try:
-        return any(e.is_file(follow_symlinks=False) and _SUMMARY.search(e.name) for e in os.scandir(directory))
+        return any(
+            e.is_file(follow_symlinks=False) and (_SUMMARY.search(e.name) or e.name in _RUN_FILES)
+            for e in os.scandir(directory)
+        )
     except OSError:
         return False
 
