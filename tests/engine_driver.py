@@ -1,0 +1,57 @@
+"""Child process for the engine fault tests: train a tiny MindSpore model monitored by msmon.
+
+    python engine_driver.py SPEC.json     (SPEC: save_dir, monitor_type, steps, ... see below)
+
+Events at given steps (``"events": {"50": ["kill_group", PGID]}``): ``kill_group`` SIGKILLs a process
+group (the MLflow server), ``immutable`` runs ``chattr -R +i`` on a directory (read-only, even for
+root). Prints the SessionSummary as JSON on the last stdout line and writes what the callback saw to
+``seen.json`` in the run directory's parent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine_support import FAKES, BlockingBackend, Capture, settings, tiny_train  # noqa: E402
+
+from msmon.engine.backends import register_backend  # noqa: E402
+from msmon.engine.session import MonitorSession  # noqa: E402
+
+
+def event(action: list) -> None:
+    if action[0] == "kill_group":
+        os.killpg(int(action[1]), signal.SIGKILL)
+    elif action[0] == "immutable":
+        subprocess.run(["chattr", "-R", "+i", action[1]], check=True)
+
+
+def main() -> int:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    for cls in FAKES:
+        register_backend(cls)
+    BlockingBackend.delay = spec.get("blocking_delay", 2.0)
+    s = settings(Path(spec["save_dir"]), monitor_type=spec["monitor_type"], log_interval=spec.get("log_interval", 5),
+                 track_metrics=["loss", "learning_rate", "throughput", "global_step", "step_time_ms"])
+    s = replace(s, mlflow=replace(s.mlflow, tracking_uri=spec.get("mlflow_uri"), timeout_s=3.0))
+    capture = Capture()
+    session = MonitorSession(s, s.run_dir(), config={"train": {"steps": spec["steps"]}}, listeners=[capture]).start()
+    hooks = {int(step): (lambda action=action: event(action)) for step, action in spec.get("events", {}).items()}
+    tiny_train([session.callback()], steps=spec["steps"], step_sleep_s=spec.get("sleep", 0.0), stop_at=hooks)
+    summary = session.close("completed")
+    (Path(spec["save_dir"]) / "seen.json").write_text(json.dumps(capture.records))
+    print(json.dumps(asdict(summary), default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
