@@ -25,7 +25,7 @@ class LossSpikeSettings:
     level_window: int = doc(5, "recent logged steps whose median is the loss level (short: the loss falls)")
     window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (robust, trend-free)")
     ratio: float = doc(1.5, "a spike needs loss above ratio x the level ...")
-    z_score: float = doc(6.0, "... and (loss - level) above this many noise sigmas")
+    z_score: float = doc(5.0, "... and (loss - level) above this many noise sigmas")
     patience: int = doc(2, "consecutive spiking logs before an alert")
 
 
@@ -69,10 +69,10 @@ class ThroughputDropSettings:
     enabled: bool = doc(True, "detect throughput that stays below a fraction of its rolling median")
     action: Action = doc("alert", ACTION_DOC)
     fraction: float = doc(0.5, "slow = the median of the last `patience` logs below fraction x the baseline median")
-    window: int = doc(20, "logged steps in the baseline median")
+    window: int = doc(50, "logged steps in the baseline median")
     warmup: int = doc(5, "logged values (after the first, which holds compilation) before it may fire")
     patience: int = doc(5, "logged steps whose median must be slow")
-    min_steps: int = doc(50, "training steps the slowness must last (a neighbour's burst on the host is no alert)")
+    min_steps: int = doc(100, "training steps the slowness must last (a burst of a neighbour on the host is no alert)")
 
 
 @dataclass(frozen=True)

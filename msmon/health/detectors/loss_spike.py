@@ -24,9 +24,9 @@ class LossSpikeDetector:
     """Spike = loss > ratio x level AND (loss - level) > z_score x noise, for ``patience`` logs.
 
     level = median of the last ``level_window`` accepted logs (short, so a fast-falling loss does not
-    leave it behind); noise = MAD of the step-to-step changes over ``window`` logs. Spiking values never
-    enter the baseline (metaseq's rule): a loss that jumps and stays up is reported once, and stays
-    reported until it comes back down.
+    leave it behind); noise = MAD of the step-to-step changes over ``window`` logs. Spiking values, and
+    values above half the z threshold, stay out of the baseline (metaseq's rule, with a margin), so the
+    first logs of a spike cannot drag the level up; a full window of such values is a new level.
     """
 
     name = "loss_spike"
@@ -36,6 +36,18 @@ class LossSpikeDetector:
         self._baseline: deque[float] = deque(maxlen=max(settings.window, settings.level_window, 3))
         self._streak = 0
         self._active = False
+        self._held: list[float] = []
+
+    def _accept(self, loss: float, suspicious: bool) -> None:
+        """Suspiciously high values wait outside the baseline; a whole window of them is the new level."""
+        if not suspicious:
+            self._held.clear()
+            self._baseline.append(loss)
+            return
+        self._held.append(loss)
+        if len(self._held) >= self._baseline.maxlen:
+            self._baseline.extend(self._held)
+            self._held.clear()
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         loss = metric(record, "loss")
@@ -52,7 +64,7 @@ class LossSpikeDetector:
         if not (z > s.z_score and (level <= 0 or loss > s.ratio * level)):
             self._streak = 0
             self._active = False
-            self._baseline.append(loss)
+            self._accept(loss, suspicious=z > s.z_score / 2)
             return None
         self._streak += 1
         if self._active or self._streak < s.patience:

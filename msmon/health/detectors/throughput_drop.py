@@ -27,7 +27,7 @@ def speed(record: dict[str, Any]) -> tuple[str, float] | None:
 class ThroughputDropDetector:
     """Slow = median of the last ``patience`` logs < fraction x baseline median, for ``min_steps`` steps.
 
-    Single slow steps (a neighbour on the host, a checkpoint) do not move a median; slow logs never
+    Single slow steps (a neighbour on the host, a checkpoint) do not move a median; slow values never
     enter the baseline, so a lasting drop is reported once and stays reported until speed returns.
     """
 
@@ -57,10 +57,11 @@ class ThroughputDropDetector:
             return None
         base = statistics.median(self._baseline)
         current = statistics.median(self._recent)
+        if value >= s.fraction * base:
+            self._baseline.append(value)  # slow values never enter the baseline, even between slow medians
         if current >= s.fraction * base:
             self._since = None
             self._active = False
-            self._baseline.append(value)
             return None
         self._since = step if self._since is None else self._since
         if self._active or step - self._since < s.min_steps or len(self._recent) < self._recent.maxlen:

@@ -1,0 +1,261 @@
+"""Unit tests of the health detectors and the monitor's alert logic, on synthetic records."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from msmon.config.coerce import build
+from msmon.config.schema import MonitorSettings
+from msmon.health.detectors import build_detectors
+from msmon.health.detectors.dead_series import DeadSeriesDetector
+from msmon.health.detectors.grad_explosion import GradExplosionDetector
+from msmon.health.detectors.learning_rate import LearningRateDetector, schedule_from_config
+from msmon.health.detectors.loss_spike import LossSpikeDetector
+from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.detectors.stall import StallDetector, calibrate
+from msmon.health.detectors.throughput_drop import ThroughputDropDetector
+from msmon.health.monitor import HealthMonitor
+from msmon.health.settings import (
+    DeadSeriesSettings,
+    GradExplosionSettings,
+    HealthSettings,
+    LearningRateSettings,
+    LossSpikeSettings,
+    NonFiniteSettings,
+    StallSettings,
+    ThroughputDropSettings,
+)
+
+
+def healthy(steps: int = 300, seed: int = 0, interval: int = 1) -> list[dict]:
+    """A healthy-looking run: falling noisy loss, noisy flat grad norm, steady throughput, 1 s steps."""
+    rng = random.Random(seed)
+    out = []
+    for step in range(interval, steps + 1, interval):
+        out.append({
+            "step": step, "time": 1000.0 + step,
+            "loss": 2.0 + 4.0 * math.exp(-step / 80) + rng.gauss(0, 0.05),
+            "grad_norm": math.exp(rng.gauss(0, 0.1)), "learning_rate": 1e-3,
+            "throughput": 5000 * math.exp(rng.gauss(0, 0.05)),
+        })
+    return out
+
+
+def fired(detector, records) -> list[tuple[int, object]]:
+    return [(r["step"], s) for r in records if (s := detector.observe(dict(r))) is not None]
+
+
+def test_nonfinite_fires_once_per_episode_and_ignores_overflow_steps():
+    det = NonFiniteDetector(NonFiniteSettings())
+    records = [{"step": 1, "loss": 2.0, "grad_norm": 1.0}, {"step": 2, "loss": math.nan, "grad_norm": 1.0},
+               {"step": 3, "loss": math.nan}, {"step": 4, "loss": 2.0, "grad_norm": 1.0},
+               {"step": 5, "loss": 2.0, "grad_norm": math.inf, "overflow": 1},
+               {"step": 6, "loss": 2.0, "grad_norm": -math.inf}]
+    hits = fired(det, records)
+    assert [step for step, _ in hits] == [2, 6]
+    assert hits[0][1].severity == "critical" and "loss is NaN" in hits[0][1].message
+    assert "-Inf" in hits[1][1].message
+
+
+def test_loss_spike_quiet_on_bumps_and_fires_after_patience():
+    records = healthy()
+    bumped = [{**r, "loss": r["loss"] * 1.15} if r["step"] % 40 < 5 else r for r in records]
+    assert fired(LossSpikeDetector(LossSpikeSettings()), bumped) == []
+    spiked = [{**r, "loss": r["loss"] * 3} if 150 <= r["step"] < 170 else r for r in records]
+    hits = fired(LossSpikeDetector(LossSpikeSettings()), spiked)
+    assert [step for step, _ in hits] == [151]  # patience 2: the second spiking log
+    assert hits[0][1].values["ratio"] > 2.5
+
+
+def test_loss_spike_waits_for_warmup():
+    records = [{"step": s, "loss": 1.0 + 0.01 * (s % 2)} for s in range(1, 6)] + [{"step": 6, "loss": 50.0}]
+    assert fired(LossSpikeDetector(LossSpikeSettings(patience=1)), records) == []
+
+
+@pytest.mark.parametrize("interval", [1, 10])
+def test_grad_growth_of_one_percent_per_step_found_within_100_steps_while_loss_is_fine(interval):
+    start = 150
+    records = [{**r, "grad_norm": r["grad_norm"] * 1.01 ** max(0, r["step"] - start)}
+               for r in healthy(400, interval=interval)]
+    hits = fired(GradExplosionDetector(GradExplosionSettings()), records)
+    assert hits, "growth not found"
+    step, signal = hits[0]
+    assert start < step <= start + 100
+    assert signal.values["loss"] < 3.0  # the loss still looks fine
+    assert fired(GradExplosionDetector(GradExplosionSettings()), healthy(400, interval=interval)) == []
+
+
+def test_grad_early_rise_during_lr_warmup_is_not_an_explosion():
+    schedule = schedule_from_config({"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3,
+                                                     "warmup_steps": 50, "total_steps": 400}},
+                                    LearningRateSettings())
+    records = [{**r, "grad_norm": r["grad_norm"] * 1.03 ** min(r["step"], 50)} for r in healthy(400)]
+    assert fired(GradExplosionDetector(GradExplosionSettings(), schedule), records) == []
+
+
+def test_grad_absolute_threshold_from_mindformers_key():
+    config = {"monitor_config": {"global_norm_spike_threshold": 3.0}}
+    det = next(d for d in build_detectors(HealthSettings(), config) if isinstance(d, GradExplosionDetector))
+    hits = fired(det, [{"step": 1, "grad_norm": 1.0}, {"step": 2, "grad_norm": 3.5}, {"step": 3, "grad_norm": 4.0}])
+    assert [step for step, _ in hits] == [2]
+    assert hits[0][1].values["threshold"] == 3.0
+
+
+def test_dead_series_zero_grad_and_constant_loss_reported_once():
+    records = [{"step": s, "loss": 6.907755, "grad_norm": 0.0 if s > 1 else 0.8} for s in range(1, 12)]
+    hits = fired(DeadSeriesDetector(DeadSeriesSettings()), records)
+    assert [step for step, _ in hits] == [3, 5]  # grad_norm 0 twice at step 3; loss constant 5 logs at step 5
+    assert hits[0][1].severity == "critical" and "grad_norm is exactly 0" in hits[0][1].message
+    assert "loss is exactly 6.908" in hits[1][1].message
+    assert fired(DeadSeriesDetector(DeadSeriesSettings()), healthy()) == []
+
+
+COSINE = {"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3, "lr_end": 1e-5,
+                          "warmup_ratio": 0.1, "total_steps": 300}}
+
+
+def cosine(step: int) -> float:
+    if step < 30:
+        return 1e-3 * step / 30
+    return 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + math.cos(math.pi * (step - 30) / 270))
+
+
+def lr_hits(records, config=COSINE):
+    settings = LearningRateSettings()
+    return fired(LearningRateDetector(settings, schedule_from_config(config, settings)), records)
+
+
+def test_learning_rate_schedule_read_from_config():
+    schedule = schedule_from_config(COSINE, LearningRateSettings())
+    assert (schedule.peak, schedule.warmup_end, schedule.decay_end, schedule.moves) == (1e-3, 30, 300, True)
+    assert schedule_from_config({"lr_schedule": {"learning_rate": "5.e-3"}}, LearningRateSettings(peak=1.0)).peak == 1.0
+
+
+def test_learning_rate_checks():
+    clean = [{"step": s, "learning_rate": cosine(s)} for s in range(1, 301)]
+    assert lr_hits(clean) == []
+    checks = {
+        "invalid": [{**r, "learning_rate": -1e-4} if r["step"] == 100 else r for r in clean],
+        "above_peak": [{**r, "learning_rate": 5e-3} if r["step"] == 100 else r for r in clean],
+        "zero": [{**r, "learning_rate": 0.0} if r["step"] >= 100 else r for r in clean],
+        "frozen": [{**r, "learning_rate": cosine(100)} if r["step"] >= 100 else r for r in clean],
+    }
+    for check, records in checks.items():
+        hits = lr_hits(records)
+        assert [s.values["check"] for _, s in hits][:1] == [check], check
+        assert 100 <= hits[0][0] <= 110, check
+    assert lr_hits([{**r, "learning_rate": math.nan} if r["step"] == 50 else r for r in clean])[0][1].severity == (
+        "critical"
+    )
+    constant = {"lr_schedule": {"type": "ConstantWarmUpLR", "learning_rate": 1e-3, "warmup_steps": 10}}
+    assert lr_hits([{"step": s, "learning_rate": 1e-3} for s in range(11, 300)], constant) == []
+    # a schedule that decays to 0 ends with one exact zero: no alert
+    assert lr_hits(clean[:-1] + [{"step": 300, "learning_rate": 0.0}]) == []
+
+
+def test_throughput_drop_needs_a_lasting_slowdown():
+    records = healthy()
+    dip = [{**r, "throughput": r["throughput"] * 0.3} if 100 <= r["step"] < 120 else r for r in records]
+    assert fired(ThroughputDropDetector(ThroughputDropSettings()), dip) == []
+    drop = [{**r, "throughput": r["throughput"] * 0.3} if r["step"] >= 100 else r for r in records]
+    hits = fired(ThroughputDropDetector(ThroughputDropSettings()), drop)
+    assert len(hits) == 1 and hits[0][0] == 202  # min_steps 100 after the slowness began
+    assert hits[0][1].values["since_step"] == 100 + 2  # the median of the last 5 turns slow on the 3rd
+
+
+def test_stall_calibration_and_gap_check():
+    settings = StallSettings(floor_s=60.0, factor=10.0)
+    assert calibrate([1.0, 2.0, 0.5], settings) == 60.0
+    assert calibrate([1.0, 9.0], settings) == 90.0
+    assert calibrate([], settings) == 1800.0
+    assert calibrate([1.0], StallSettings(timeout_s=5.0)) == 5.0
+    records = [{"step": s, "time": 1000.0 + s} for s in range(1, 51)]
+    gapped = [{**r, "time": r["time"] + (100.0 if r["step"] >= 30 else 0.0)} for r in records]
+    hits = fired(StallDetector(settings), gapped)
+    assert [step for step, _ in hits] == [30]
+    assert hits[0][1].values["last_step"] == 29 and hits[0][1].values["stalled_s"] == pytest.approx(101.0)
+    assert fired(StallDetector(settings), records) == []
+
+
+def test_watchdog_check_reports_a_stall_once_with_the_last_step():
+    det = StallDetector(StallSettings(floor_s=2.0))
+    assert det.check(1.0, 7, 1000.0, [0.1] * 5) is None
+    signal = det.check(2.5, 7, 1000.0, [0.1] * 5)
+    assert signal is not None and signal.values["last_step"] == 7 and signal.values["last_step_time"] == 1000.0
+    assert "1970-01-01T00:16:40Z" in signal.message
+    assert det.check(9.0, 7, 1000.0, [0.1] * 5) is None  # the same stall is not reported twice
+    assert det.check(2.5, 8, 1001.0, [0.1] * 5) is not None
+
+
+class Collect:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.got = []
+
+    def handle(self, alert):
+        self.got.append(alert)
+
+    def close(self):
+        return None
+
+
+def nan_records(times):
+    return [{"step": i + 1, "time": t, "loss": math.nan if i % 2 else 1.0} for i, t in enumerate(times)]
+
+
+def test_monitor_rate_limits_per_detector_and_critical_beats_warning():
+    monitor = HealthMonitor(HealthSettings())
+    for record in nan_records([0, 10, 20, 30, 400, 410]):
+        monitor.observe(record)
+    assert [a.step for a in monitor.alerts if a.detector == "nonfinite"] == [2, 6]  # step 4: within 300 s of 2
+    assert monitor.suppressed == 1
+    monitor._last["nonfinite"] = (1000.0, "warning")
+    assert monitor._allowed("nonfinite", "critical", 1001.0)
+    assert not monitor._allowed("nonfinite", "warning", 1002.0)
+
+
+def test_monitor_actions_log_alert_stop():
+    stops: list[str] = []
+    settings = HealthSettings(nonfinite=NonFiniteSettings(action="stop"),
+                              dead_series=DeadSeriesSettings(action="log", window=2))
+    loud, quiet = Collect(quiet=False), Collect(quiet=True)
+    monitor = HealthMonitor(settings, sinks=[loud, quiet], request_stop=stops.append)
+    for record in [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 1.0}, {"step": 3, "loss": math.inf},
+                   {"step": 4, "loss": 1.0}, {"step": 5, "loss": math.nan}]:
+        monitor.observe(record)
+    assert [(a.detector, a.action) for a in quiet.got] == [("dead_series", "log"), ("nonfinite", "stop"),
+                                                           ("nonfinite", "stop")]
+    assert [a.detector for a in loud.got] == ["nonfinite", "nonfinite"]
+    assert len(stops) == 1 and stops[0].startswith("nonfinite at step 3")
+
+
+def test_monitor_disables_a_broken_detector_and_keeps_the_others():
+    monitor = HealthMonitor(HealthSettings())
+
+    class Broken:
+        name = "loss_spike"
+
+        def observe(self, record):
+            raise ValueError("boom")
+
+    monitor.detectors.insert(0, Broken())
+    monitor.observe({"step": 1, "loss": math.nan})
+    monitor.observe({"step": 2, "loss": 1.0})
+    assert [a.detector for a in monitor.alerts] == ["nonfinite"]
+    assert not any(isinstance(d, Broken) for d in monitor.detectors)
+
+
+def test_health_settings_are_validated_strictly():
+    _, findings = build(MonitorSettings, {"health": {"loss_spike": {"ratio": "big", "patienc": 3},
+                                                     "stall": {"action": "halt"}}}, "monitor_config")
+    codes = sorted((f.code, f.path) for f in findings)
+    assert codes == [("MS001", "monitor_config.health.loss_spike.patienc"),
+                     ("MS002", "monitor_config.health.loss_spike.ratio"),
+                     ("MS002", "monitor_config.health.stall.action")]
+    built, findings = build(MonitorSettings, {"health": {"alerts": {"command": ["notify", "x"]},
+                                                         "grad_explosion": {"absolute_threshold": 5}}}, "m")
+    assert not findings and built.health.alerts.command == ["notify", "x"]
+    assert built.health.grad_explosion.absolute_threshold == 5.0
