@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from msmon.view.series import DrawSeries, RunData, downsample
+from msmon.view.series import PLOT_METRICS, DrawSeries, RunData, downsample
 
 ASSETS = Path(__file__).parent / "assets"
 PALETTE: tuple[str, ...] = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04")
@@ -60,7 +60,8 @@ def panel(metric: str, runs: list[RunData], max_points: int) -> dict[str, Any]:
         drawn: DrawSeries = downsample(*run.series(metric), max_points=max_points)
         if drawn.total:
             series.append({"name": run.name, "color": PALETTE[index % len(PALETTE)], **drawn.to_json()})
-    return {"metric": metric, "label": LABELS.get(metric, metric), "series": series}
+    group = "main" if metric in PLOT_METRICS else "more"
+    return {"metric": metric, "label": LABELS.get(metric, metric), "series": series, "group": group}
 
 
 def script_json(data: Any) -> str:
@@ -83,7 +84,10 @@ def page(title: str, body: str, data: dict[str, Any]) -> str:
     )
 
 
-def plots_section(note: str = "") -> str:
-    """The container the plotting script fills, with its usage hint."""
+def plots_section(panels: list[dict[str, Any]], note: str = "") -> str:
+    """The containers the plotting script fills (main metrics, then the others folded), with a usage hint."""
     hint = "Drag across a plot to zoom all plots, double-click to reset; hover an alert marker for its message."
-    return f"<p class=\"hint\">{esc(hint)} {esc(note)}</p>\n<div id=\"msmon-plots\"></div>"
+    extra = [p["label"] for p in panels if p["group"] == "more"]
+    folded = (f"<details><summary>More metrics: {esc(', '.join(extra))}</summary><div id=\"msmon-plots-more\">"
+              "</div></details>" if extra else "")
+    return f"<p class=\"hint\">{esc(hint)} {esc(note)}</p>\n<div id=\"msmon-plots\"></div>{folded}"

@@ -67,6 +67,10 @@ def sparkline(values: list[float]) -> Text:
     return text
 
 
+def _isatty(stream: Any) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
 def _number(record: dict[str, Any], key: str) -> float | None:
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -194,12 +198,14 @@ class LiveView:
                           redirect_stdout=False, redirect_stderr=False)
 
     def start(self) -> LiveView:
-        """Show the panel, capture stdout/stderr and the logging handlers writing to them, start refreshing."""
+        """Show the panel, capture the terminal streams and the logging handlers writing to them, start refreshing."""
         self.console.file = self.console.file  # pin the real stream before sys.stdout is replaced
         self._live.start()
         self._streams = (sys.stdout, sys.stderr)
-        sys.stdout = StreamCapture(sys.stdout, self._buffer)  # type: ignore[assignment]
-        sys.stderr = StreamCapture(sys.stderr, self._buffer)  # type: ignore[assignment]
+        if _isatty(sys.stdout):  # a piped stream keeps its output: only terminal writes would garble the panel
+            sys.stdout = StreamCapture(sys.stdout, self._buffer)  # type: ignore[assignment]
+        if _isatty(sys.stderr):
+            sys.stderr = StreamCapture(sys.stderr, self._buffer)  # type: ignore[assignment]
         self._route_handlers()
         self._thread.start()
         return self
@@ -276,8 +282,8 @@ class LiveView:
         """Logging handlers made before the panel hold the real stdout/stderr: point them at the capture."""
         if self._streams is None:
             return
-        capture = {id(self._streams[0]): sys.stdout, id(self._streams[1]): sys.stderr,
-                   id(sys.__stdout__): sys.stdout, id(sys.__stderr__): sys.stderr}
+        capture = {id(original): current for original, current in zip(self._streams, (sys.stdout, sys.stderr),
+                                                                        strict=True) if original is not current}
         loggers = [logging.getLogger()] + [
             item for item in list(logging.Logger.manager.loggerDict.values()) if isinstance(item, logging.Logger)
         ]
@@ -391,4 +397,7 @@ def make_live_view(console_is_terminal: bool, plain: bool, total_steps: int | No
     """The listener `msmon run` adds to the session: a live panel on a terminal, plain lines otherwise."""
     if plain or not console_is_terminal or "NO_COLOR" in os.environ:
         return PlainView(total_steps)
+    if console is None:
+        stream = sys.stdout if _isatty(sys.stdout) or not _isatty(sys.stderr) else sys.stderr
+        console = Console(file=stream, highlight=False)
     return LiveView(total_steps, console=console, session=session, run_dir=run_dir).start()

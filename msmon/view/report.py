@@ -130,7 +130,7 @@ def build_report(run: RunData, max_points: int = MAX_POINTS) -> str:
     if notes:
         body.append("<div class=\"notes\">" + "<br>".join(esc(n) for n in notes) + "</div>")
     body += [
-        "<h2>Metrics</h2>", plots_section(ds_note),
+        "<h2>Metrics</h2>", plots_section(panels, ds_note),
         f"<h2>Alerts ({len(run.alerts)})</h2>", alerts_table(run.alerts),
         "<h2>Run</h2>", metadata_table(run.info),
         "<h2>Config snapshot (config.yaml)</h2>",

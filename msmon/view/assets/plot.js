@@ -9,6 +9,7 @@
   const HEIGHT = 190;
   const COLORS = { warning: "#d97706", critical: "#dc2626", nonfinite: "#b91c1c", grid: "#e5e7eb", axis: "#6b7280" };
   const root = document.getElementById("msmon-plots");
+  const more = document.getElementById("msmon-plots-more");
   const tip = document.getElementById("msmon-tip");
   const panels = [];
   let full = [Infinity, -Infinity];
@@ -88,7 +89,7 @@
     canvas.setAttribute("data-metric", p.metric);
     box.appendChild(head);
     box.appendChild(canvas);
-    root.appendChild(box);
+    (p.group === "more" && more ? more : root).appendChild(box);
     const panel = { p, canvas, readout, logBox, yr: [0, 1], log: false, w: 0 };
     logBox.addEventListener("change", function () { panel.log = logBox.checked; drawAll(); });
     attachMouse(panel);
@@ -117,6 +118,7 @@
     const c = panel.canvas;
     const dpr = window.devicePixelRatio || 1;
     const w = c.parentElement.clientWidth;
+    if (w === 0) return;  // inside a closed <details>: drawn when opened
     c.style.width = w + "px";
     c.style.height = HEIGHT + "px";
     c.width = Math.round(w * dpr);
@@ -288,6 +290,7 @@
 
   for (const p of DATA.panels) panels.push(makePanel(p));
   window.addEventListener("resize", drawAll);
+  if (more && more.parentElement) more.parentElement.addEventListener("toggle", drawAll);
   drawAll();
   document.body.setAttribute("data-msmon-ready", String(panels.length));
 })();
