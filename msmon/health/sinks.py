@@ -103,11 +103,13 @@ class AsyncSink:
 
     def close(self) -> None:
         """Deliver what is queued, waiting at most ``close_timeout_s``; a hung receiver is abandoned."""
+        deadline = time.monotonic() + self._close_timeout
         try:
             self._queue.put(_STOP, timeout=self._close_timeout)
         except queue.Full:
+            self._warn(f"{self.name}: still busy at close; abandoned")
             return
-        self._thread.join(self._close_timeout)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             self._warn(f"{self.name}: still busy at close; abandoned")
 

@@ -1,0 +1,198 @@
+"""Alert sinks (alerts.jsonl, console, a real webhook on 127.0.0.1, command hook), the stall watchdog, attach."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from msmon.health import HealthHandle, attach
+from msmon.health.alert import Alert
+from msmon.health.monitor import HealthMonitor
+from msmon.health.settings import AlertSettings, HealthSettings, StallSettings
+from msmon.health.sinks import AlertFile, CommandSink, ConsoleSink, WebhookSink
+from msmon.health.watchdog import Watchdog
+
+ALERT = Alert(1000.0, 7, "nonfinite", "critical", "loss is NaN", {"loss": float("nan")}, "alert")
+
+
+@pytest.fixture
+def webhook_server():
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append({"type": self.headers["Content-Type"], "body": json.loads(body)})
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
+    server.shutdown()
+    server.server_close()
+
+
+def test_webhook_delivers_strict_json(webhook_server):
+    url, received = webhook_server
+    sink = WebhookSink(url, timeout_s=2.0)
+    sink.handle(ALERT)
+    sink.close()
+    assert sink.delivered == 1
+    assert received[0]["type"] == "application/json"
+    assert received[0]["body"]["step"] == 7 and received[0]["body"]["values"]["loss"] == "NaN"
+
+
+def test_a_down_or_hanging_webhook_never_blocks_the_caller():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        down_port = probe.getsockname()[1]
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # accepts connections, never answers
+    try:
+        for url in (f"http://127.0.0.1:{down_port}/", f"http://127.0.0.1:{hung.getsockname()[1]}/"):
+            sink = WebhookSink(url, timeout_s=1.0, queue_size=2)
+            started = time.monotonic()
+            for _ in range(20):
+                sink.handle(ALERT)
+            assert time.monotonic() - started < 0.05
+            sink.close()
+            assert time.monotonic() - started < 2.0 + 0.5  # close waits at most timeout + 1 s
+            assert sink.delivered == 0 and sink.dropped + sink.failed >= 17
+    finally:
+        hung.close()
+
+
+def test_command_hook_gets_the_alert_on_stdin(tmp_path):
+    out = tmp_path / "got.json"
+    script = f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())"
+    sink = CommandSink([sys.executable, "-c", script], timeout_s=20.0)
+    sink.handle(ALERT)
+    sink.close()
+    assert json.loads(out.read_text())["detector"] == "nonfinite"
+    failing = CommandSink([sys.executable, "-c", "import sys; sys.exit(3)"], timeout_s=20.0)
+    failing.handle(ALERT)
+    failing.close()
+    assert failing.failed == 1
+
+
+def test_alert_file_and_console(tmp_path, caplog):
+    AlertFile(tmp_path / "alerts.jsonl").handle(ALERT)
+    AlertFile(tmp_path / "alerts.jsonl").handle(ALERT)
+    lines = (tmp_path / "alerts.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and set(json.loads(lines[0])) == {"time", "step", "detector", "severity", "message",
+                                                               "values", "action"}
+    with caplog.at_level(logging.INFO, logger="msmon"):
+        ConsoleSink().handle(ALERT)
+        ConsoleSink().handle(Alert(1.0, 8, "loss_spike", "warning", "spike", {}, "alert"))
+        ConsoleSink().handle(Alert(1.0, 9, "loss_spike", "warning", "quiet", {}, "log"))
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.WARNING, logging.INFO]
+    assert caplog.records[0].getMessage().startswith("HEALTH ALERT [critical] step 7 nonfinite: loss is NaN")
+
+
+class Progress:
+    """The session's StepProgress surface the watchdog reads."""
+
+    def __init__(self) -> None:
+        self.last_step = 0
+        self.last_end_monotonic = time.monotonic()
+        self.total_steps: int | None = None
+        self.recent_step_seconds: deque[float] = deque(maxlen=64)
+
+    @property
+    def last_end_wall(self) -> float | None:
+        return time.time() - (time.monotonic() - self.last_end_monotonic) if self.last_step else None
+
+    def step(self, seconds: float) -> None:
+        time.sleep(seconds)
+        now = time.monotonic()
+        self.recent_step_seconds.append(now - self.last_end_monotonic)
+        self.last_end_monotonic, self.last_step = now, self.last_step + 1
+
+
+def test_watchdog_finds_a_stall_within_timeout_plus_2s_and_ignores_compilation():
+    monitor = HealthMonitor(HealthSettings(stall=StallSettings(floor_s=1.0, poll_s=0.1)))
+    progress = Progress()
+    dog = Watchdog(monitor, progress, poll_s=0.1, log_interval=1)
+    dog.start()
+    try:
+        progress.step(0.6)  # step 1: "compilation" (would make the timeout 6 s if counted)
+        for _ in range(20):
+            progress.step(0.01)
+        hung_at, wall = time.monotonic(), progress.last_end_wall
+        while not monitor.alerts and time.monotonic() - hung_at < 10:
+            time.sleep(0.05)
+        delay = time.monotonic() - hung_at
+    finally:
+        dog.stop()
+    assert len(monitor.alerts) == 1
+    alert = monitor.alerts[0]
+    assert alert.detector == "stall" and alert.step == 21 and alert.severity == "critical"
+    assert alert.values["timeout_s"] == 1.0 and delay <= 1.0 + 2.0
+    assert alert.values["last_step_time"] == pytest.approx(wall, abs=0.05)
+
+
+def test_watchdog_quiet_once_training_is_over():
+    monitor = HealthMonitor(HealthSettings(stall=StallSettings(floor_s=0.2)))
+    progress = Progress()
+    progress.total_steps = 3
+    for _ in range(3):
+        progress.step(0.0)
+    dog = Watchdog(monitor, progress, poll_s=0.05)
+    time.sleep(0.4)
+    dog.poll()
+    assert monitor.alerts == []
+
+
+class FakeSession:
+    """The MonitorSession surface attach uses (listeners, alerts to backends, stop requests, progress)."""
+
+    def __init__(self) -> None:
+        self.progress = Progress()
+        self.listeners: list = []
+        self.backend_alerts: list[dict] = []
+        self.stop_reason: str | None = None
+
+    def add_listener(self, listener) -> None:
+        self.listeners.append(listener)
+
+    def emit_alert(self, alert: dict) -> None:
+        self.backend_alerts.append(alert)
+
+    def request_stop(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+
+
+def test_attach_wires_every_sink_and_the_stop_action(tmp_path, webhook_server):
+    from msmon.config.schema import MonitorSettings
+    from msmon.health.settings import NonFiniteSettings
+
+    url, received = webhook_server
+    settings = MonitorSettings(health=HealthSettings(nonfinite=NonFiniteSettings(action="stop"),
+                                                     alerts=AlertSettings(webhook_url=url)))
+    session = FakeSession()
+    handle = attach(session, settings, tmp_path, {})
+    assert isinstance(handle, HealthHandle) and len(session.listeners) == 1
+    session.listeners[0].on_record({"step": 10, "time": 1.0, "loss": float("inf")})
+    session.listeners[0].close()
+    handle.close()
+    assert handle.alert_count == 1
+    assert json.loads((tmp_path / "alerts.jsonl").read_text())["action"] == "stop"
+    assert session.backend_alerts[0]["detector"] == "nonfinite"
+    assert received and received[0]["body"]["step"] == 10
+    assert session.stop_reason.startswith("nonfinite at step 10")
+    disabled = attach(FakeSession(), MonitorSettings(health=HealthSettings(enabled=False)), tmp_path, None)
+    assert disabled.alert_count == 0
