@@ -64,13 +64,13 @@ def test_statuses_and_fields(save: Path) -> None:
     make_run(save, "p", "stopped", status="stopped_by_monitor")
     make_run(save, "p", "ctrl_c", status="interrupted")
     make_run(save, "p", "live", status="running", started_ago=1, ended_ago=None,  # not before this process
-             heartbeat={"step": 140, "time": NOW - 2, "pid": os.getpid(), "rank": 0, "host": host})
+             heartbeat={"step": 140, "time": time.time() - 2, "pid": os.getpid(), "rank": 0, "host": host})
     make_run(save, "q", "dead", status="running", ended_ago=None,
-             heartbeat={"step": 20, "time": NOW - 2, "pid": dead_pid(), "rank": 0, "host": host})
+             heartbeat={"step": 20, "time": time.time() - 2, "pid": dead_pid(), "rank": 0, "host": host})
     make_run(save, "q", "remote_old", status="running", ended_ago=None, host="elsewhere",
-             heartbeat={"step": 20, "time": NOW - 3600, "pid": 1, "rank": 0, "host": "elsewhere"})
+             heartbeat={"step": 20, "time": time.time() - 3600, "pid": 1, "rank": 0, "host": "elsewhere"})
     make_run(save, "q", "remote_fresh", status="running", ended_ago=None, host="elsewhere",
-             heartbeat={"step": 20, "time": NOW - 5, "pid": 1, "rank": 0, "host": "elsewhere"})
+             heartbeat={"step": 20, "time": time.time() - 5, "pid": 1, "rank": 0, "host": "elsewhere"})
     runs = by_run(save)
     assert {k: v.status for k, v in runs.items()} == {
         "done": "completed", "bad": "failed", "stopped": "stopped_by_monitor", "ctrl_c": "interrupted",
@@ -87,7 +87,7 @@ def test_statuses_and_fields(save: Path) -> None:
 def test_reused_pid_is_not_the_run(save: Path) -> None:
     # our own pid is alive, but it started long after this run did: a reused pid, so the run is stale
     make_run(save, "p", "old", status="running", started_ago=10 * 86400, ended_ago=None,
-             heartbeat={"step": 1, "time": NOW - 9 * 86400, "pid": os.getpid(), "rank": 0,
+             heartbeat={"step": 1, "time": time.time() - 9 * 86400, "pid": os.getpid(), "rank": 0,
                         "host": socket.gethostname()})
     assert by_run(save)["old"].status == "stale"
 

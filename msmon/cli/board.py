@@ -133,13 +133,14 @@ def stop(
     all_boards: bool = typer.Option(False, "--all", help="Stop every board msmon started."),
 ) -> None:
     """Stop a board msmon started (also when its process is already gone)."""
-    from msmon.ops.board import board_status, stop_record
+    from msmon.ops.board import stop_record
+    from msmon.ops.board_state import load_records
 
     if port is not None and all_boards:
         raise MsmonError("--port and --all exclude each other", "pass one of them", ExitCode.USAGE)
-    rows = board_status()
+    rows = load_records()
     if port is not None:
-        rows = [(r, s) for r, s in rows if r.port == port]
+        rows = [r for r in rows if r.port == port]
         if not rows:
             raise MsmonError(
                 f"no board started by msmon on port {port}",
@@ -150,9 +151,9 @@ def stop(
         print("no board started by msmon is recorded")
         return
     elif len(rows) > 1 and not all_boards:
-        ports = ", ".join(str(r.port) for r, _ in rows)
+        ports = ", ".join(str(r.port) for r in rows)
         raise MsmonError(f"{len(rows)} boards are running (ports {ports})", "pass --port P or --all", ExitCode.USAGE)
-    for record, _state in rows:
+    for record in rows:
         if stop_record(record):
             print(f"stopped the {record.backend} board on port {record.port} (pid {record.pid})")
         else:

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -91,7 +92,13 @@ class BoardHandle:
 
 
 def _members(record: BoardRecord) -> list:
-    return procs.group_members(record.pgid, _started_unix(record))
+    """The board's live processes. Once its server process is gone, the group id may have been reused
+    by an unrelated group: then only processes that look like this backend count."""
+    members = procs.group_members(record.pgid, _started_unix(record))
+    if record.create_time and not procs.same_process(record.pid, record.create_time):
+        markers = ("gunicorn", "mindinsight") if record.backend == "mindinsight" else ("tensorboard",)
+        members = [p for p in members if any(m in " ".join(procs.cmdline(p)) for m in markers)]
+    return members
 
 
 def _started_unix(record: BoardRecord) -> float:
@@ -163,23 +170,36 @@ def _argv(backend: BoardBackend, binary: str, directory: Path, host: str, port: 
     return [binary, "--logdir", str(directory), "--port", str(port), "--host", host]
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+def _tail(path: Path, lines: int = LOG_TAIL_LINES, start: int = 0) -> list[str]:
+    """The last non-empty lines of ``path`` written after byte ``start``."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - 16384))
+            handle.seek(max(start, os.path.getsize(path) - 16384))
             text = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return []
     return [ln for ln in text.splitlines() if ln.strip()][-lines:]
 
 
-def _log_tail(backend: BoardBackend, log_path: Path, port: int) -> list[str]:
-    """The child's own output, plus MindInsight's gunicorn error log when it has one."""
+def _gunicorn_log(port: int) -> Path:
+    return msmon_home() / "mindinsight" / "log" / "gunicorn" / f"error.{port}.log"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _log_tail(backend: BoardBackend, log_path: Path, port: int, gunicorn_start: int) -> list[str]:
+    """The child's own output, plus what MindInsight's gunicorn error log got during this start."""
     tail = _tail(log_path)
     if backend.name == "mindinsight":
-        extra = msmon_home() / "mindinsight" / "log" / "gunicorn" / f"error.{port}.log"
-        if extra.exists() and extra.stat().st_mtime >= log_path.stat().st_mtime - 60:
-            tail += [f"[{extra}]"] + _tail(extra)
+        extra = _gunicorn_log(port)
+        extra_tail = _tail(extra, 5, start=gunicorn_start)
+        if extra_tail:
+            tail += [f"[{extra}]", *extra_tail]
     return tail
 
 
@@ -217,9 +237,13 @@ def start_board(
     """Start a board on ``path`` (a save_dir, a run tree or a training YAML) and wait until it answers."""
     if backend not in BACKENDS:
         raise MsmonError(f"unknown board backend '{backend}'", f"choose one of: {', '.join(BACKENDS)}", ExitCode.USAGE)
+    if not 0 <= port <= 65535:
+        raise MsmonError(f"port {port} is out of range", "pass 1-65535, or 0 for a free port", ExitCode.USAGE)
     spec = BACKENDS[backend]
     directory = resolve_board_dir(path, backend)
     _check_host(spec, host)
+    if backend == "mindinsight":
+        host = "127.0.0.1"  # MindInsight binds it whatever loopback name was given
     binary = find_binary(spec.binary)
     if binary is None:
         raise BoardError(f"{spec.binary} is not installed (not on PATH)", f"install it: {spec.install}")
@@ -246,6 +270,7 @@ def _launch(
     # MindInsight runs `gunicorn` by name: the venv's bin must be on PATH even when it is not activated.
     env["PATH"] = os.pathsep.join([str(Path(binary).parent), str(Path(sys.executable).parent), env.get("PATH", "")])
     argv = _argv(spec, binary, directory, host, port)
+    gunicorn_start = _size(_gunicorn_log(port))
     with open(log_path, "ab") as out:
         process = subprocess.Popen(  # noqa: S603 - an argv list, never a shell string
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -257,7 +282,7 @@ def _launch(
     )
     handle = BoardHandle(record, detached=detach, process=process)
     try:
-        _wait_healthy(spec, record, process, log_path, timeout_s)
+        _wait_healthy(spec, record, process, timeout_s, lambda: _log_tail(spec, log_path, port, gunicorn_start))
     except BaseException:
         procs.stop_processes(_members(record))
         process.poll()
@@ -271,7 +296,8 @@ def _launch(
 
 
 def _wait_healthy(
-    spec: BoardBackend, record: BoardRecord, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float
+    spec: BoardBackend, record: BoardRecord, process: subprocess.Popen[bytes], timeout_s: float,
+    log_tail: Callable[[], list[str]],
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -280,18 +306,16 @@ def _wait_healthy(
         code = process.poll()
         if code is not None and (code != 0 or not _members(record)):
             procs.stop_processes(_members(record))
-            tail = _log_tail(spec, log_path, record.port)
+            tail = log_tail()
             last = f": {tail[-1].strip()}" if tail else ""
-            raise BoardError(
-                f"{spec.binary} exited early with code {code}{last}", f"see its log: {log_path}", tail
-            )
+            raise BoardError(f"{spec.binary} exited early with code {code}{last}", f"see its log: {record.log}", tail)
         if time.monotonic() >= deadline:
             procs.stop_processes(_members(record))
             process.poll()
             raise BoardError(
                 f"{spec.binary} did not answer on port {record.port} within {timeout_s:g} s; it was stopped",
-                f"see its log: {log_path}; on a slow machine raise --timeout",
-                _log_tail(spec, log_path, record.port),
+                f"see its log: {record.log}; on a slow machine raise --timeout",
+                log_tail(),
             )
         time.sleep(0.25)
 

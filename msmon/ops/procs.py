@@ -31,6 +31,13 @@ def group_members(pgid: int, since: float) -> list[psutil.Process]:
     return members
 
 
+def cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
 def same_process(pid: int, create_time: float) -> bool:
     """Whether ``pid`` is still the process created at ``create_time`` (not a reused pid)."""
     try:
