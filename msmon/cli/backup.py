@@ -25,8 +25,6 @@ def backup_config(
     restore: str = typer.Option(None, "--restore", help="Write copy REF back (the current file is backed up first)."),
 ) -> None:
     """Save a timestamped copy of CONFIG (identical content is not saved twice); or --list, --diff, --restore."""
-    from msmon.ops import backup
-
     modes = [name for name, on in (("--list", list_), ("--diff", diff), ("--restore", restore is not None)) if on]
     if len(modes) > 1:
         raise MsmonError(f"{' and '.join(modes)} exclude each other", "pass one of them", ExitCode.USAGE)
@@ -37,6 +35,19 @@ def backup_config(
         raise MsmonError("--diff takes at most two copies", "msmon backup-config CONFIG --diff [A] [B]", ExitCode.USAGE)
     if note is not None and modes:
         raise MsmonError("--note goes with saving a copy", "drop --note or the other flag", ExitCode.USAGE)
+    try:
+        _run(config, refs, dest, note, list_, diff, restore)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        hint = "check permissions and free space, or pass --dest DIR"
+        raise MsmonError(f"cannot read or write{where}: {exc.strerror or exc}", hint) from exc
+
+
+def _run(
+    config: Path, refs: list[str], dest: Path | None, note: str | None, list_: bool, diff: bool, restore: str | None
+) -> None:
+    from msmon.ops import backup
+
     if list_:
         _list(config, dest)
     elif diff:
