@@ -258,3 +258,22 @@ class Capture:
 
     def close(self) -> None:
         self.closed.set()
+
+
+def summary_scalars(run_dir: Path) -> dict[int, dict[str, float]]:
+    """step -> {tag: value} parsed from a MindSpore summary file with MindInsight's own Event proto."""
+    import struct
+
+    from mindinsight.datavisual.proto_files import mindinsight_summary_pb2
+
+    (path,) = sorted(Path(run_dir).glob("*.summary.*"))
+    data, offset, result = path.read_bytes(), 0, {}
+    while offset < len(data):
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        offset += 12  # length + its crc
+        event = mindinsight_summary_pb2.Event()
+        event.ParseFromString(data[offset : offset + length])
+        offset += length + 4  # data + its crc
+        if event.HasField("summary"):
+            result[event.step] = {value.tag: value.scalar_value for value in event.summary.value}
+    return result
