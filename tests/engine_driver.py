@@ -5,7 +5,7 @@
 Events at given steps (``"events": {"50": ["kill_group", PGID]}``): ``kill_group`` SIGKILLs a process
 group (the MLflow server), ``immutable`` runs ``chattr -R +i`` on a directory (read-only, even for
 root). Prints the SessionSummary as JSON on the last stdout line and writes what the callback saw to
-``seen.json`` in the run directory's parent.
+``seen.json`` (and the losses the network returned to ``losses.json``) in the save_dir.
 """
 
 from __future__ import annotations
@@ -40,15 +40,28 @@ def main() -> int:
     for cls in FAKES:
         register_backend(cls)
     BlockingBackend.delay = spec.get("blocking_delay", 2.0)
-    s = settings(Path(spec["save_dir"]), monitor_type=spec["monitor_type"], log_interval=spec.get("log_interval", 5),
-                 track_metrics=["loss", "learning_rate", "throughput", "global_step", "step_time_ms"])
+    interval = spec.get("log_interval", 5)
+    metrics = spec.get("track_metrics", ["loss", "learning_rate", "throughput", "global_step", "step_time_ms"])
+    s = settings(Path(spec["save_dir"]), monitor_type=spec["monitor_type"], log_interval=interval,
+                 track_metrics=metrics, verbose=spec.get("verbose", False))
     s = replace(s, mlflow=replace(s.mlflow, tracking_uri=spec.get("mlflow_uri"), timeout_s=3.0))
     capture = Capture()
     session = MonitorSession(s, s.run_dir(), config={"train": {"steps": spec["steps"]}}, listeners=[capture]).start()
     hooks = {int(step): (lambda action=action: event(action)) for step, action in spec.get("events", {}).items()}
-    tiny_train([session.callback()], steps=spec["steps"], step_sleep_s=spec.get("sleep", 0.0), stop_at=hooks)
+    from mindspore.train import Callback
+
+    losses: dict[int, float] = {}
+
+    class Losses(Callback):
+        def on_train_step_end(self, run_context):
+            params = run_context.original_args()
+            if params.cur_step_num % interval == 0:
+                losses[params.cur_step_num] = params.net_outputs.asnumpy().item()
+
+    tiny_train([session.callback(), Losses()], steps=spec["steps"], step_sleep_s=spec.get("sleep", 0.0), stop_at=hooks)
     summary = session.close("completed")
     (Path(spec["save_dir"]) / "seen.json").write_text(json.dumps(capture.records))
+    (Path(spec["save_dir"]) / "losses.json").write_text(json.dumps(losses))
     print(json.dumps(asdict(summary), default=str))
     return 0
 
