@@ -1,0 +1,164 @@
+"""Overhead of msmon's callback on the real tiny mindformers Trainer (CPU), measured side by side.
+
+    /work/venv/bin/python bench/bench_callback_overhead.py [--steps 400] [--block 20]
+
+Each scenario is one real Trainer run in a child process. Inside it, msmon's callback is switched on
+and off in alternating blocks of ``--block`` steps, so steps with and without it run in the same
+process on the same compiled graph; the ratio is median(step time with) / median(step time without).
+Step time = wall time between consecutive step ends. Scenarios and targets:
+  core      5 core metrics, file + mindinsight, log_interval 10       target <= 1.01
+  all       every backend (file, mindinsight, tensorboard, mlflow server), log_interval 1   <= 1.03
+  blocking  file + a backend blocking 2 s per write, log_interval 1   <= 1.02, bounded memory
+The callback's own cost (microseconds per call) is timed on non-logging and logging steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+CORE = ["loss", "grad_norm", "learning_rate", "throughput", "global_step"]
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "core": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01},
+    "all": {"monitor_type": ["file", "mindinsight", "tensorboard", "mlflow"], "log_interval": 1, "target": 1.03},
+    "blocking": {"monitor_type": ["file", "blocking"], "log_interval": 1, "target": 1.02, "queue_size": 100},
+}
+
+
+def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str | None) -> dict[str, Any]:
+    """One real Trainer run with the callback gated on alternating blocks; returns the measurements."""
+    import psutil
+    from engine_support import FAKES, BlockingBackend
+    from helpers_training import quickstart_parts, write_quickstart_config
+
+    from msmon.config.coerce import build
+    from msmon.config.schema import MonitorSettings
+    from msmon.engine.backends import register_backend
+    from msmon.engine.session import MonitorSession
+    from msmon.runner.trainer import train
+
+    for cls in FAKES:
+        register_backend(cls)
+    BlockingBackend.delay = 2.0
+    spec = SCENARIOS[scenario]
+    os.chdir(workdir)
+    path = write_quickstart_config(
+        workdir, steps=steps, log_interval=spec["log_interval"], monitor_type=spec["monitor_type"], verbose=False,
+        track_metrics=CORE, mlflow={"tracking_uri": mlflow_uri}, writer={"queue_size": spec.get("queue_size", 1000)},
+    )
+    training, monitor = quickstart_parts(path)
+    settings, _ = build(MonitorSettings, monitor, "monitor_config")
+    session = MonitorSession(settings, settings.run_dir(), config=training).start()
+    inner = session.callback()
+    interval = spec["log_interval"]
+    process = psutil.Process()
+    from mindspore.train import Callback
+
+    class Gate(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.last: float | None = None
+            self.was_on = False
+            self.on: list[float] = []
+            self.off: list[float] = []
+            self.cost_log: list[float] = []
+            self.cost_plain: list[float] = []
+            self.rss: list[float] = []
+
+        def on_train_begin(self, run_context: Any) -> None:
+            inner.on_train_begin(run_context)
+
+        def on_train_step_end(self, run_context: Any) -> None:
+            now = time.perf_counter()
+            step = run_context.original_args().cur_step_num
+            if self.last is not None and step > 2 * block:  # skip the graph compile and warm-up
+                (self.on if self.was_on else self.off).append(now - self.last)
+            self.was_on = (step // block) % 2 == 1
+            if self.was_on:
+                started = time.perf_counter()
+                inner.on_train_step_end(run_context)
+                cost = time.perf_counter() - started
+                (self.cost_log if step % interval == 0 else self.cost_plain).append(cost)
+            if step % 50 == 0:
+                self.rss.append(process.memory_info().rss / 2**20)
+            self.last = time.perf_counter()
+
+    gate = Gate()
+    started = time.monotonic()
+    train(training, [gate], workdir / "logs")
+    train_s = time.monotonic() - started
+    summary = session.close("completed")
+    return {
+        "scenario": scenario, "on_ms": statistics.median(gate.on) * 1e3, "off_ms": statistics.median(gate.off) * 1e3,
+        "n_on": len(gate.on), "n_off": len(gate.off),
+        "cost_plain_us": statistics.median(gate.cost_plain) * 1e6 if gate.cost_plain else None,
+        "cost_log_us": statistics.median(gate.cost_log) * 1e6 if gate.cost_log else None,
+        "rss_mb": gate.rss, "train_s": train_s, "dropped": summary.dropped_records,
+        "written": {name: b["written"] for name, b in summary.backends.items()},
+    }
+
+
+def start_mlflow(directory: Path) -> Any:
+    from engine_support import MlflowServer
+
+    return MlflowServer(directory)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--child", default=None)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--mlflow", default=None)
+    parser.add_argument("--only", nargs="*", default=list(SCENARIOS))
+    args = parser.parse_args()
+    if args.child:
+        result = child(args.child, args.steps, args.block, Path(args.workdir), args.mlflow)
+        print("RESULT " + json.dumps(result))
+        return 0
+    results = []
+    with tempfile.TemporaryDirectory(prefix="msmon_bench_") as tmp:
+        server = start_mlflow(Path(tmp) / "mlflow") if "all" in args.only else None
+        try:
+            for scenario in args.only:
+                workdir = Path(tmp) / scenario
+                workdir.mkdir()
+                cmd = [sys.executable, __file__, "--child", scenario, "--steps", str(args.steps), "--block",
+                       str(args.block), "--workdir", str(workdir)]
+                if server is not None:
+                    cmd += ["--mlflow", server.url]
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                if proc.returncode != 0 or not line:
+                    print(f"{scenario}: failed\n{proc.stderr[-3000:]}")
+                    return 1
+                results.append(json.loads(line[-1][7:]))
+        finally:
+            if server is not None:
+                server.stop()
+    print(f"{'scenario':9} {'with ms':>8} {'without':>8} {'ratio':>6} {'target':>6}  {'non-log us':>10} {'log us':>8}"
+          f"  {'RSS MB first->last':>18}  dropped  written")
+    for r in results:
+        ratio = r["on_ms"] / r["off_ms"]
+        target = SCENARIOS[r["scenario"]]["target"]
+        rss = f"{r['rss_mb'][0]:.0f}->{r['rss_mb'][-1]:.0f}"
+        print(f"{r['scenario']:9} {r['on_ms']:8.2f} {r['off_ms']:8.2f} {ratio:6.3f} {'<=' + str(target):>6}  "
+              f"{r['cost_plain_us'] or 0:10.1f} {r['cost_log_us'] or 0:8.1f}  {rss:>18}  {r['dropped']:7d}  "
+              f"{r['written']}  {'ok' if ratio <= target else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
