@@ -3,7 +3,8 @@
     /work/venv/bin/python bench/bench_detection.py
 
 Labelled traces: the clean real quickstart traces of bench/traces/ (several learning rates and seeds,
-recorded by bench/record_traces.py), the same traces with ordinary +15% loss bumps (must stay quiet),
+recorded by bench/record_traces.py), the same traces with ordinary +15% loss bumps or 10% of the
+records lost (all must stay quiet),
 the real dead run (lr 1e4), and every clean trace with one injected fault: NaN, Inf, a loss spike,
 1%/step grad-norm growth (loss untouched), flat lines, zero grad, LR faults, a throughput drop and a
 time gap. Each runs at log_interval 1 and 10. Prints recall, false alarms and detection delay in
@@ -13,6 +14,7 @@ steps, then the live stall watchdog's delay against timeout + 2 s.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import sys
 import threading
@@ -114,6 +116,12 @@ FAULTS: dict[str, tuple[str, Inject]] = {
 }
 
 
+def lossy(records: list[Record], seed: int) -> list[Record]:
+    """10% of the records lost at random (a robustness check: decisions must not hang on one point)."""
+    rng = random.Random(seed)
+    return [dict(r) for r in records if rng.random() > 0.1]
+
+
 def bumps(records: list[Record]) -> list[Record]:
     """Ordinary +15% loss bumps of 5 steps every 40 steps (a healthy run does this)."""
     return [{**r, "loss": float(r["loss"]) * 1.15} if int(r["step"]) % 40 < 5 else dict(r) for r in records]
@@ -195,13 +203,13 @@ def main() -> int:
         print(f"-- log_interval {interval}")
         quiet = Tally()
         for records in clean.values():
-            for variant in (records, bumps(records)):
+            for variant in (records, bumps(records), lossy(records, 0), lossy(records, 1)):
                 rs = subsample(variant, interval)
                 alerts = run(rs, quickstart_config(records))
                 quiet.cases += 1
                 quiet.early += len(alerts)
                 quiet.other.update(a.detector for a in alerts)
-        print(f"{'clean + clean/+15% bumps':<26}{'(none)':<16}{'':>8}{'':>12}  {quiet.early:>5}  "
+        print(f"{'clean, +15% bumps, lossy':<26}{'(none)':<16}{'':>8}{'':>12}  {quiet.early:>5}  "
               f"{','.join(sorted(quiet.other)) or '-'}")
         if quiet.early:
             misses.append(f"{quiet.early} alerts on clean traces at log_interval {interval}")

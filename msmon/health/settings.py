@@ -35,10 +35,11 @@ class GradExplosionSettings:
     action: Action = doc("alert", ACTION_DOC)
     settle_steps: int = doc(50, "training steps after the LR warm-up (grad norms rise early) before the baseline forms")
     window_steps: int = doc(60, "training steps over which the growth of log(grad_norm) is fitted")
-    min_points: int = doc(5, "logged values needed in the window for a fit")
+    min_points: int = doc(9, "logged values in a fit: the window widens to this many logs at a sparse log_interval")
     growth_per_step: float = doc(0.005, "minimum fitted growth per training step (0.005 = 0.5%/step) ...")
     t_stat: float = doc(3.0, "... with a fit this many standard errors above zero ...")
-    ratio: float = doc(1.5, "... and grad_norm above ratio x the lowest rolling median since the baseline formed")
+    ratio: float = doc(1.5, "... and grad_norm above ratio x the lowest rolling median since the baseline formed ...")
+    patience: int = doc(2, "... on this many consecutive logs")
     absolute_threshold: float | None = doc(
         None, "alert when grad_norm >= this value (default: mindformers' global_norm_spike_threshold when set)"
     )

@@ -31,8 +31,9 @@ def fit_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 class GradExplosionDetector:
     """Fires when log(grad_norm) grows faster than ``growth_per_step`` with a significant fit and the
-    value is ``ratio`` x above the lowest rolling median seen since the warm-up: the growth that
-    precedes a loss blow-up while the loss still looks fine. Also fires on ``absolute_threshold``.
+    value is ``ratio`` x above the lowest rolling median seen since the warm-up, on ``patience``
+    consecutive logs: the growth that precedes a loss blow-up while the loss still looks fine. Also
+    fires on ``absolute_threshold``.
 
     Its baseline forms only ``settle_steps`` after the schedule's LR warm-up (grad norms legitimately
     rise early in a run) and it fits only once a full window lies after that point.
@@ -49,6 +50,7 @@ class GradExplosionDetector:
         self._points: deque[tuple[int, float]] = deque()
         self._low = math.inf
         self._growing = False
+        self._streak = 0
         self._over_cap = False
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
@@ -70,11 +72,12 @@ class GradExplosionDetector:
         self._low = min(self._low, math.exp(statistics.median(y for _, y in self._points)))
         ratio = gn / self._low
         growing = slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio
+        self._streak = self._streak + 1 if growing else 0
         if not growing:
             if slope < s.growth_per_step / 2 or ratio < s.ratio:
                 self._growing = False
             return cap
-        if self._growing:
+        if self._growing or self._streak < s.patience:
             return cap
         self._growing = True
         first = math.exp(self._points[0][1])
