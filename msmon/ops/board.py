@@ -289,7 +289,7 @@ def _launch(
         raise
     members = _members(record)
     record.pid = procs.listener_pid(members, port) or process.pid
-    record.create_time = next((p.create_time() for p in members if p.pid == record.pid), 0.0)
+    record.create_time = procs.create_time(record.pid)
     if detach:
         board_state.add_record(record)
     return handle

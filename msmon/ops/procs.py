@@ -38,6 +38,14 @@ def cmdline(proc: psutil.Process) -> list[str]:
         return []
 
 
+def create_time(pid: int) -> float:
+    """The start time of ``pid`` (unix s), 0.0 when it is gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
 def same_process(pid: int, create_time: float) -> bool:
     """Whether ``pid`` is still the process created at ``create_time`` (not a reused pid)."""
     try:
