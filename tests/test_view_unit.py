@@ -295,7 +295,8 @@ print("DONE")
 """
 
 
-def run_in_pty(argv: list[str], env: dict[str, str], columns: int = 120, rows: int = 40) -> bytes:
+def run_in_pty(argv: list[str], env: dict[str, str], columns: int = 120, rows: int = 40, cwd: Path | None = None,
+               timeout: float = 60) -> bytes:
     """Run a child with its stdin/stdout/stderr on a new pseudo-terminal; return everything it wrote."""
     import fcntl
     import pty
@@ -305,12 +306,12 @@ def run_in_pty(argv: list[str], env: dict[str, str], columns: int = 120, rows: i
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True, cwd=cwd)
     os.close(slave)
     out = b""
     try:
         while True:
-            ready, _, _ = select.select([master], [], [], 60)
+            ready, _, _ = select.select([master], [], [], timeout)
             if not ready:
                 break
             try:

@@ -134,8 +134,6 @@ def show_value(value: Any) -> str:
     """A config value as short text."""
     if value is MISSING or value == MISSING:
         return MISSING
-    if isinstance(value, float):
-        return fmt_number(value)
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)
     return str(value)
@@ -155,7 +153,7 @@ SUMMARY_HEADERS: tuple[str, ...] = ("run", "status", "logged", "last step", "fin
 def build_compare(comparison: Comparison) -> str:
     """The comparison page: legend, overlaid plots, differing keys and summaries."""
     runs = comparison.runs
-    labelled = [RunData(r.path, {**r.info, "run_name": label}, r.config_text, r.config, r.records, [], r.notes)
+    labelled = [RunData(r.path, {**r.info, "run_name": label}, r.config_text, r.config, r.records, [])
                 for r, label in zip(runs, comparison.labels, strict=True)]
     panels = [panel(m, labelled, MAX_POINTS) for m in panel_metrics(labelled)]
     legend = "".join(f"<span><i style=\"background:{PALETTE[i % len(PALETTE)]}\"></i>{esc(label)}</span>"

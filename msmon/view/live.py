@@ -122,14 +122,20 @@ def plain_line(record: dict[str, Any], clock: StepClock) -> str:
 class PlainView:
     """Not a terminal, NO_COLOR or --plain: one plain line per logged step on stdout."""
 
-    def __init__(self, total_steps: int | None, stream: TextIO | None = None) -> None:
+    def __init__(self, total_steps: int | None, stream: TextIO | None = None, session: Any = None) -> None:
         self.clock = StepClock(total_steps)
         self.stream = stream
+        self.session = session
 
     def on_record(self, record: dict[str, Any]) -> None:
         step, when = record.get("step"), _number(record, "time")
         if isinstance(step, int) and when is not None:
             self.clock.add(step, when)
+        if getattr(getattr(self.session, "settings", None), "verbose", False) is True:
+            return  # the session's verbose mode already prints one line per logged step
+        if self.clock.total_steps is None:
+            total = getattr(getattr(self.session, "progress", None), "total_steps", None)
+            self.clock.total_steps = total if isinstance(total, int) and total > 0 else None
         stream = self.stream or sys.stdout
         stream.write(plain_line(record, self.clock) + "\n")
         stream.flush()
@@ -138,7 +144,9 @@ class PlainView:
         """Alerts are already logged by the health monitor; nothing to add on a plain stream."""
 
     def bind(self, session: Any = None, run_dir: str | Path | None = None) -> None:
-        """Nothing to bind: plain lines show only what the records carry."""
+        """Take the total step count and the verbose setting from the session."""
+        if session is not None:
+            self.session = session
 
     def close(self) -> None:
         """Nothing to release."""
@@ -396,7 +404,7 @@ def make_live_view(console_is_terminal: bool, plain: bool, total_steps: int | No
                    console: Console | None = None) -> PlainView | LiveView:
     """The listener `msmon run` adds to the session: a live panel on a terminal, plain lines otherwise."""
     if plain or not console_is_terminal or "NO_COLOR" in os.environ:
-        return PlainView(total_steps)
+        return PlainView(total_steps, session=session)
     if console is None:
         stream = sys.stdout if _isatty(sys.stdout) or not _isatty(sys.stderr) else sys.stderr
         console = Console(file=stream, highlight=False)

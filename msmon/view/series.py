@@ -81,6 +81,7 @@ class RunData:
     records: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -120,17 +121,32 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _read_config(path: Path, notes: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+def run_overrides(info: dict[str, Any]) -> list[str]:
+    """The KEY=VALUE overrides the run was started with (run.json ``overrides``, else parsed from ``command``)."""
+    given = info.get("overrides")
+    if isinstance(given, list):
+        return [str(item) for item in given]
+    command = info.get("command")
+    if not isinstance(command, list) or "run" not in command:
+        return []
+    args = [str(a) for a in command[command.index("run") + 1:]]
+    return [a for a in args[1:] if "=" in a and not a.startswith("-")]
+
+
+def _read_config(path: Path, overrides: list[str], notes: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+    """config.yaml as written, and as a dict with the run's command-line overrides applied (unresolved)."""
     if not path.is_file():
         notes.append("config.yaml is missing")
         return None, None
-    import yaml
+    from omegaconf import OmegaConf
+
+    from msmon.config.loader import load_config
 
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        notes.append(f"config.yaml could not be parsed: {str(exc).splitlines()[0]}")
+        data = OmegaConf.to_container(load_config(path, overrides).conf, resolve=False)
+    except MsmonError as exc:
+        notes.append(f"config.yaml could not be read: {exc}")
         return text, None
     return text, data if isinstance(data, dict) else None
 
@@ -189,8 +205,9 @@ def load_run(path: str | Path) -> RunData:
             notes.append(f"alerts.jsonl is unreadable: {exc}")
     alerts.sort(key=lambda a: (to_float(a.get("step")) or 0.0, to_float(a.get("time")) or 0.0))
     info = _read_json(run_dir / "run.json", notes)
-    config_text, config = _read_config(run_dir / "config.yaml", notes)
-    return RunData(run_dir, info, config_text, config, records, alerts, notes)
+    overrides = run_overrides(info)
+    config_text, config = _read_config(run_dir / "config.yaml", overrides, notes)
+    return RunData(run_dir, info, config_text, config, records, alerts, notes, overrides)
 
 
 @dataclass
