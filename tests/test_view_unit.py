@@ -20,7 +20,7 @@ from msmon.errors import MsmonError
 from msmon.view.compare import compare_runs, differing_keys
 from msmon.view.live import PlainView, StepClock, make_live_view, plain_line, sparkline
 from msmon.view.report import build_report
-from msmon.view.series import downsample, load_run, read_jsonl
+from msmon.view.series import downsample, load_run, read_jsonl, run_overrides
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -243,6 +243,18 @@ def test_compare_cli_terminal_tables_and_html(tmp_path: Path) -> None:
     assert loss["series"][1]["y"] == [v for v in load_run(b).series("loss")[1] if math.isfinite(v)]
 
 
+def test_overrides_of_the_run_command_count_as_config(tmp_path: Path) -> None:
+    command = ["msmon", "run", "c.yaml", "seed=9", "--port", "8081", "--plain", "lr_schedule.learning_rate=1.e-2"]
+    assert run_overrides({"command": command}) == ["seed=9", "lr_schedule.learning_rate=1.e-2"]
+    assert run_overrides({"overrides": ["a=1"], "command": command}) == ["a=1"]
+    a, b = make_run(tmp_path, "a"), make_run(tmp_path, "b")
+    info = json.loads((b / "run.json").read_text())
+    (b / "run.json").write_text(json.dumps({**info, "command": command}))
+    run = load_run(b)
+    assert run.config is not None and run.config["seed"] == 9 and run.config["lr_schedule"]["learning_rate"] == 0.01
+    assert [k for k, _ in compare_runs([a, b]).diff] == ["lr_schedule.learning_rate", "seed", "monitor_config.run_name"]
+
+
 # --- live view ------------------------------------------------------------------------------------------------
 
 
@@ -255,6 +267,15 @@ def test_plain_view_prints_one_line_per_record(capsys: pytest.CaptureFixture[str
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "msmon: step 10/100  loss 2.5  grad_norm NaN  lr 0.005"
     assert lines[1] == "msmon: step 20/100  loss 2.25  tokens/s 4000  eta 8.0s"
+
+
+def test_plain_view_defers_to_the_verbose_session_line(capsys: pytest.CaptureFixture[str]) -> None:
+    class Session:
+        settings = type("Settings", (), {"verbose": True})()
+
+    view = make_live_view(console_is_terminal=False, plain=True, total_steps=None, session=Session())
+    view.on_record({"step": 10, "time": 1.0, "loss": 2.5})
+    assert capsys.readouterr().out == ""
 
 
 def test_plain_is_chosen_for_plain_flag_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:

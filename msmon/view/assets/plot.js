@@ -152,7 +152,9 @@
     for (const t of niceTicks(view[0], view[1], Math.max(2, Math.floor(pw / 90)))) {
       const xx = X(t);
       g.beginPath(); g.moveTo(xx, M.top); g.lineTo(xx, M.top + ph); g.stroke();
-      g.fillText(fmt(t), xx, M.top + ph + 6);
+      const label = fmt(t);
+      const half = g.measureText(label).width / 2;
+      g.fillText(label, Math.min(xx, w - half - 2), M.top + ph + 6);
     }
     g.strokeStyle = COLORS.axis;
     g.strokeRect(M.left, M.top, pw, ph);
