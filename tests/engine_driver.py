@@ -2,10 +2,11 @@
 
     python engine_driver.py SPEC.json     (SPEC: save_dir, monitor_type, steps, ... see below)
 
-Events at given steps (``"events": {"50": ["kill_group", PGID]}``): ``kill_group`` SIGKILLs a process
-group (the MLflow server), ``immutable`` runs ``chattr -R +i`` on a directory (read-only, even for
-root). Prints the SessionSummary as JSON on the last stdout line and writes what the callback saw to
-``seen.json`` (and the losses the network returned to ``losses.json``) in the save_dir.
+Events at given steps (``"events": {"50": ["kill_group", PGID]}``): ``stop`` calls
+``session.request_stop(reason)``, ``kill_group`` SIGKILLs a process group (the MLflow server),
+``immutable`` runs ``chattr -R +i`` on a directory (read-only, even for root). ``no_close`` leaves
+closing the session to its atexit hook. Prints the SessionSummary as JSON on the last stdout line
+and writes what the callback saw to ``seen.json`` (the network's losses to ``losses.json``) in the save_dir.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from msmon.engine.backends import register_backend  # noqa: E402
 from msmon.engine.session import MonitorSession  # noqa: E402
 
 
-def event(action: list) -> None:
-    if action[0] == "kill_group":
+def event(action: list, session: MonitorSession) -> None:
+    if action[0] == "stop":
+        session.request_stop(action[1])
+    elif action[0] == "kill_group":
         os.killpg(int(action[1]), signal.SIGKILL)
     elif action[0] == "immutable":
         subprocess.run(["chattr", "-R", "+i", action[1]], check=True)
@@ -46,8 +49,13 @@ def main() -> int:
                  track_metrics=metrics, verbose=spec.get("verbose", False))
     s = replace(s, mlflow=replace(s.mlflow, tracking_uri=spec.get("mlflow_uri"), timeout_s=3.0))
     capture = Capture()
+    if spec.get("no_close"):  # registered first, so it runs after the session's own atexit close
+        import atexit
+
+        atexit.register(lambda: (Path(spec["save_dir"]) / "seen.json").write_text(json.dumps(capture.records)))
     session = MonitorSession(s, s.run_dir(), config={"train": {"steps": spec["steps"]}}, listeners=[capture]).start()
-    hooks = {int(step): (lambda action=action: event(action)) for step, action in spec.get("events", {}).items()}
+    events = spec.get("events", {}).items()
+    hooks = {int(step): (lambda action=action: event(action, session)) for step, action in events}
     from mindspore.train import Callback
 
     losses: dict[int, float] = {}
@@ -59,9 +67,11 @@ def main() -> int:
                 losses[params.cur_step_num] = params.net_outputs.asnumpy().item()
 
     tiny_train([session.callback(), Losses()], steps=spec["steps"], step_sleep_s=spec.get("sleep", 0.0), stop_at=hooks)
+    (Path(spec["save_dir"]) / "losses.json").write_text(json.dumps(losses))
+    if spec.get("no_close"):  # the session's atexit hook must flush and close
+        return 0
     summary = session.close("completed")
     (Path(spec["save_dir"]) / "seen.json").write_text(json.dumps(capture.records))
-    (Path(spec["save_dir"]) / "losses.json").write_text(json.dumps(losses))
     print(json.dumps(asdict(summary), default=str))
     return 0
 

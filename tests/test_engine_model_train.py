@@ -33,3 +33,29 @@ def test_model_train_records_loss_lr_throughput_and_warns_about_grad_norm(tmp_pa
     assert proc.stderr.count("INFO msmon msmon: step ") == 6
     assert read_jsonl(tmp_path / "logs" / "p" / "r" / "metrics.jsonl") == seen
     assert summary["backends"]["tensorboard"]["written"] == 6
+
+
+def test_request_stop_ends_training_at_the_next_step_end(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    proc, summary, seen = drive(tmp_path, steps=200, log_interval=1, monitor_type=["file"],
+                                events={"37": ["stop", "test asked to stop"]})
+    # asked after msmon's check at step 37 (a later callback): msmon stops the run at the end of step 38
+    assert summary["last_step"] == 38 and seen[-1]["step"] == 38
+    assert read_jsonl(tmp_path / "logs" / "p" / "r" / "metrics.jsonl") == seen
+
+
+def test_atexit_flushes_when_close_is_never_called(tmp_path: Path, monkeypatch):
+    import subprocess
+    import sys
+
+    from test_engine_faults import DRIVER
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"save_dir": str(tmp_path / "logs"), "steps": 100, "log_interval": 1, "monitor_type": ["file", "blocking"],
+            "blocking_delay": 0.5, "no_close": True}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, str(DRIVER), str(tmp_path / "spec.json")], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads((tmp_path / "logs" / "seen.json").read_text())
+    assert len(seen) == 100 and read_jsonl(tmp_path / "logs" / "p" / "r" / "metrics.jsonl") == seen

@@ -33,6 +33,8 @@ STEPS, INTERVAL = 40, 5
 METRICS = ["loss", "grad_norm", "learning_rate", "throughput", "global_step", "step_time_ms", "loss_scale",
            "overflow", "epoch", "host_memory_mb"]
 SCALARS = ["loss", "grad_norm", "learning_rate", "throughput", "samples_per_s", "step_time_ms", "loss_scale"]
+ALERT = {"time": 0.0, "step": 20, "detector": "loss_spike", "severity": "warning", "message": "loss spiked",
+         "values": {"loss": 9.5}, "action": "alert"}
 NAN_VALUES = {"loss": math.nan, "grad_norm": math.inf, "learning_rate": -math.inf}
 
 
@@ -93,15 +95,17 @@ def run(tmp_path_factory: pytest.TempPathFactory):
         from mindspore.train import Callback
 
         outputs: dict[int, list[Any]] = {}
+        capture = Capture()
+        session = MonitorSession(settings, settings.run_dir(), config=training, listeners=[capture]).start()
 
         class Outputs(Callback):
             def on_train_step_end(self, run_context: Any) -> None:
                 params = run_context.original_args()
                 if params.cur_step_num % INTERVAL == 0:
                     outputs[params.cur_step_num] = [o.asnumpy().item() for o in params.net_outputs]
+                if params.cur_step_num == ALERT["step"]:
+                    session.emit_alert(dict(ALERT, time=time.time()))
 
-        capture = Capture()
-        session = MonitorSession(settings, settings.run_dir(), config=training, listeners=[capture]).start()
         from msmon.runner.trainer import train
 
         train(training, [session.callback(), Outputs()], base / "logs")
@@ -177,6 +181,18 @@ def test_tensorboard_reader_sees_every_metric(run: Run):
         scalars = events.Scalars(tag)
         assert [(e.step, e.wall_time) for e in scalars] == [(r["step"], pytest.approx(r["time"])) for r in run.records]
         assert [e.value for e in scalars] == [pytest.approx(r[tag], rel=1e-6) for r in run.records]
+
+
+def test_alerts_reach_the_backends_that_show_text(run: Run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run.run_dir))
+    events.Reload()
+    (text,) = events.Tensors("alerts/text_summary")
+    assert text.step == 20 and b"loss_spike: loss spiked" in text.tensor_proto.string_val[0]
+    tags = {t["key"]: t["value"] for t in _mlflow_run(run, run.settings.run_name)["data"]["tags"]}
+    assert tags["msmon.alert_count"] == "1" and tags["msmon.last_alert"] == "step 20 warning loss_spike: loss spiked"
+    assert not (run.run_dir / "alerts.jsonl").exists()  # the health monitor's file, not the file backend's
 
 
 def _mlflow_run(run: Run, run_name: str) -> dict[str, Any]:

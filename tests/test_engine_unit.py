@@ -308,3 +308,21 @@ def test_importing_the_engine_imports_no_heavy_package():
             "print([m for m in ('mindspore', 'mlflow', 'tensorboardX', 'mindinsight') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_mlflow_down_at_start_never_blocks_and_warns_once(tmp_path, caplog):
+    from dataclasses import replace
+
+    from engine_support import free_port
+
+    s = settings(tmp_path, monitor_type=["mlflow", "file"])
+    s = replace(s, mlflow=replace(s.mlflow, tracking_uri=f"http://127.0.0.1:{free_port()}", timeout_s=2.0))
+    session = MonitorSession(s, s.run_dir()).start()
+    started = time.perf_counter()
+    sent = _run_records(session, range(1, 51))
+    assert time.perf_counter() - started < 0.5
+    time.sleep(2.0)
+    summary = session.close("completed")
+    assert len(msmon_warnings(caplog, "msmon: backend 'mlflow'")) == 1
+    assert summary.backends["mlflow"]["status"] == "retrying" and summary.backends["mlflow"]["lost"] == 50
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent

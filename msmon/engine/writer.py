@@ -321,7 +321,10 @@ class Writer:
         for runner in self.runners:
             runner.put(("record", record))
         if self._on_record is not None:
-            self._on_record(record)
+            try:
+                self._on_record(record)
+            except Exception as exc:  # a monitor never breaks training
+                logger.debug("msmon: record hook failed: %s", describe(exc))
         for listener in self.listeners:
             self._listener_call(listener, "on_record", record)
 
