@@ -13,11 +13,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
-from rich.progress_bar import ProgressBar
-from rich.table import Table
 from rich.text import Text
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -51,19 +49,25 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def sparkline(values: list[float]) -> Text:
-    """Unicode bars over the finite values; non-finite points are a red '!'."""
+    """Unicode bars over the finite values; non-finite points are a red '!' (one span per run of a style)."""
     finite = [v for v in values if math.isfinite(v)]
-    text = Text()
-    if not finite:
-        return Text("!" * len(values), style="bold red")
-    lo, hi = min(finite), max(finite)
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
     span = hi - lo
+    chars = []
     for value in values:
         if not math.isfinite(value):
-            text.append("!", style="bold red")
+            chars.append("!")
         else:
-            index = int((value - lo) / span * (len(SPARK) - 1)) if span > 0 else len(SPARK) // 2
-            text.append(SPARK[index], style="cyan")
+            chars.append(SPARK[int((value - lo) / span * (len(SPARK) - 1)) if span > 0 else len(SPARK) // 2])
+    text = Text()
+    run = ""
+    for char in chars:
+        if run and (char == "!") != (run[0] == "!"):
+            text.append(run, style="bold red" if run[0] == "!" else "cyan")
+            run = ""
+        run += char
+    if run:
+        text.append(run, style="bold red" if run[0] == "!" else "cyan")
     return text
 
 
@@ -102,6 +106,16 @@ class StepClock:
         if rate is None or self.total_steps is None or not self.points:
             return None
         return max(0.0, (self.total_steps - self.points[-1][0]) / rate)
+
+
+def progress_bar(fraction: float | None, width: int = 28) -> Text:
+    """A bar of box-drawing characters (plain Text: far cheaper to render than a Rich table)."""
+    if fraction is None:
+        return Text("━" * width, style="grey37")
+    done = max(0, min(width, round(fraction * width)))
+    bar = Text("━" * done, style="magenta" if done < width else "green")
+    bar.append("━" * (width - done), style="grey37")
+    return bar
 
 
 def plain_line(record: dict[str, Any], clock: StepClock) -> str:
@@ -360,43 +374,35 @@ class LiveView:
             step = live_step
         total = total or live_total
         eta = max(0.0, (total - step) / rate) if rate and total and isinstance(step, int) else None
-        head = Table.grid(padding=(0, 2))
-        head.add_column()
-        head.add_column(min_width=24)
-        head.add_column()
+        text = Text(no_wrap=True, overflow="ellipsis")
         if step is None:
-            head.add_row(Text("waiting for the first logged step (graph compile)", style="yellow"), "",
-                         f"elapsed {fmt_duration(now - self.started)}")
+            text.append("waiting for the first logged step (graph compile)", style="yellow")
+            text.append(f"  elapsed {fmt_duration(now - self.started)}")
         else:
-            bar = ProgressBar(total=float(total or 1), completed=float(step if total else 0), width=28,
-                              pulse=total is None)
-            pct = f" {100 * step / total:5.1f}%" if total else ""
-            speed = f"{rate:.2f} steps/s" if rate else ""
-            head.add_row(Text(f"step {step}" + (f"/{total}" if total else ""), style="bold"), bar,
-                         f"{pct}  eta {fmt_duration(eta)}  {speed}  elapsed {fmt_duration(now - self.started)}")
-        metrics = Table.grid(padding=(0, 2))
-        metrics.add_column(style="bold")
-        metrics.add_column(justify="right", min_width=10)
-        metrics.add_column()
+            text.append(f"step {step}" + (f"/{total}" if total else ""), style="bold")
+            text.append("  ")
+            text.append_text(progress_bar(step / total if total else None))
+            pct = f"  {100 * step / total:5.1f}%" if total else ""
+            speed = f"  {rate:.2f} steps/s" if rate else ""
+            text.append(f"{pct}  eta {fmt_duration(eta)}{speed}  elapsed {fmt_duration(now - self.started)}")
         for key, label in METRICS:
             values = history[key]
             if values:
-                style = "bold red" if not math.isfinite(values[-1]) else ""
-                metrics.add_row(label, Text(fmt(values[-1]), style=style), sparkline(values))
-        status = Text()
+                text.append(f"\n{label:<10}", style="bold")
+                text.append(f"{fmt(values[-1]):>11}  ", style="bold red" if not math.isfinite(values[-1]) else "")
+                text.append_text(sparkline(values))
+        text.append("\n")
         age = self._heartbeat_age(now)
         if age is not None:
-            status.append(f"heartbeat {fmt_duration(age)} ago", style="yellow" if age > 60 else "green")
+            text.append(f"heartbeat {fmt_duration(age)} ago   ", style="yellow" if age > 60 else "green")
         dropped = self._dropped()
         if dropped is not None:
-            status.append(f"   dropped records {dropped}", style="red" if dropped else "")
-        status.append(f"   alerts {alert_total}", style="bold red" if alert_total else "")
-        parts: list[Any] = [head, metrics, status]
+            text.append(f"dropped records {dropped}   ", style="red" if dropped else "")
+        text.append(f"alerts {alert_total}", style="bold red" if alert_total else "")
         for alert in alerts:
             color = "red" if alert.get("severity") == "critical" else "yellow"
-            parts.append(Text(f"! step {alert.get('step')} {alert.get('detector')}: {alert.get('message')}",
-                              style=color, overflow="ellipsis", no_wrap=True))
-        return Panel(Group(*parts), title="msmon", title_align="left", border_style="blue")
+            text.append(f"\n! step {alert.get('step')} {alert.get('detector')}: {alert.get('message')}", style=color)
+        return Panel(text, title="msmon", title_align="left", border_style="blue")
 
 
 def make_live_view(console_is_terminal: bool, plain: bool, total_steps: int | None, *,
