@@ -36,13 +36,19 @@ def ensure_generated_data(training_config: Mapping[str, Any]) -> None:
                     ensure_dataset(path)
 
 
+def import_framework(log_dir: Path) -> None:
+    """Import mindformers with its logs under ``log_dir/output`` and register msmon's CPU support."""
+    os.environ["LOCAL_DEFAULT_PATH"] = str((log_dir / "output").absolute())
+    from msmon.runner.cpu_support import register_cpu_support
+
+    register_cpu_support()
+
+
 def train(training_config: dict[str, Any], callbacks: list[Any], log_dir: Path) -> None:
     """Train with the mindformers Trainer; ``training_config`` has msmon's keys already removed."""
     config = prepare_output(training_config, log_dir)
     ensure_generated_data(config)
-    from msmon.runner.cpu_support import register_cpu_support
-
-    register_cpu_support()
+    import_framework(log_dir)
     from mindformers import MindFormerConfig, Trainer
     from mindformers.core.context import build_context
 
