@@ -302,6 +302,8 @@ handler.setFormatter(logging.Formatter("MFLOG %(message)s"))
 log.addHandler(handler)
 log.setLevel(logging.INFO)
 view = make_live_view(sys.stdout.isatty(), "--plain" in sys.argv, 200)
+late = logging.getLogger("made_while_the_panel_shows")  # like mindformers imported after the panel appeared
+late.addHandler(logging.StreamHandler(sys.stdout))
 for step in range(10, 210, 10):
     log.info("step:[%d/200] loss: %.3f", step, 6.9 * math.exp(-step / 80))
     print("printed", step)
@@ -312,6 +314,7 @@ for step in range(10, 210, 10):
                        "message": "grad_norm grew 3x while loss fell"})
     time.sleep(0.05)
 view.close()
+late.warning("LATE line after close")
 print("DONE")
 """
 
@@ -360,7 +363,7 @@ def test_live_panel_on_a_pty_and_plain_lines_on_a_pipe(tmp_path: Path) -> None:
     assert "grad_norm_growth: grad_norm grew 3x while loss fell" in out
     for step in range(10, 210, 10):  # mindformers-like log lines and prints still reach the terminal
         assert f"MFLOG step:[{step}/200]" in out and f"printed {step}" in out
-    assert out.rstrip().endswith("DONE")
+    assert out.rstrip().endswith("LATE line after close\r\nDONE")
     assert "msmon: step" not in out
     piped = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
     lines = [line for line in piped.stdout.splitlines() if line.startswith("msmon: step")]
@@ -390,7 +393,7 @@ def test_live_panel_stays_at_the_bottom_in_tmux(tmp_path: Path) -> None:
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
     lines = screen.rstrip("\n").splitlines()
-    assert lines[-1] == "DONE"
+    assert lines[-2:] == ["LATE line after close", "DONE"]
     assert screen.count("╭─ msmon") == 1  # one panel, not a trail of copies
     top = next(i for i, line in enumerate(lines) if line.startswith("╭─ msmon"))
     assert "MFLOG step:[200/200]" in lines[top - 2] and "printed 200" in lines[top - 1]

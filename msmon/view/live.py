@@ -174,11 +174,19 @@ class StreamCapture:
         self._sink = sink
 
     def write(self, text: str) -> int:
+        if self._sink is None:
+            return self._original.write(text)
         self._sink(text)
         return len(text)
 
     def flush(self) -> None:
-        """Buffered text is printed by the view's thread."""
+        """Buffered text is printed by the view's thread; after ``release`` writes go straight through."""
+        if self._sink is None:
+            self._original.flush()
+
+    def release(self) -> None:
+        """Write to the real stream from now on (handlers made during the panel may still hold this object)."""
+        self._sink = None
 
     def isatty(self) -> bool:
         return self._original.isatty()
@@ -267,6 +275,9 @@ class LiveView:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, StreamCapture):
+                stream.release()
         self._pump(final=True)
         self._live.stop()
         sys.stdout, sys.stderr = self._streams
