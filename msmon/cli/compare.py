@@ -24,7 +24,7 @@ def _print_tables(comparison: object) -> None:
         summary.add_row(*summary_cells(item))
     console.print(summary)
     if not comparison.diff:
-        console.print("The configs are identical.")
+        console.print(comparison.no_diff_text())
         return
     diff = Table(title=f"Config keys that differ ({len(comparison.diff)})", title_justify="left")
     diff.add_column("config key", style="bold")

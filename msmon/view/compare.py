@@ -103,6 +103,12 @@ class Comparison:
     summaries: list[RunSummary]
     notes: list[str]
 
+    def no_diff_text(self) -> str:
+        """What to say when no key differs."""
+        if all(run.config is None for run in self.runs):
+            return "No run has a readable config.yaml: nothing to compare."
+        return "The configs are identical."
+
 
 def _labels(runs: list[RunData]) -> list[str]:
     names = [run.name for run in runs]
@@ -164,7 +170,7 @@ def build_compare(comparison: Comparison) -> str:
         for key, values in comparison.diff
     )
     diff_table = (f"<table class=\"diff\"><tr><th>config key</th>{head}</tr>{diff_rows}</table>"
-                  if comparison.diff else "<p>The configs are identical.</p>")
+                  if comparison.diff else f"<p>{esc(comparison.no_diff_text())}</p>")
     sum_head = "".join(f"<th>{esc(h)}</th>" for h in SUMMARY_HEADERS)
     sum_rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in summary_cells(s)) + "</tr>"
                        for s in comparison.summaries)
