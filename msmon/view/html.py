@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msmon.errors import MsmonError
 from msmon.view.series import PLOT_METRICS, DrawSeries, RunData, downsample
 
 ASSETS = Path(__file__).parent / "assets"
@@ -72,8 +73,12 @@ def script_json(data: Any) -> str:
 
 def page(title: str, body: str, data: dict[str, Any]) -> str:
     """A complete HTML document with the stylesheet, the data and the plotting script inlined."""
-    css = (ASSETS / "style.css").read_text(encoding="utf-8")
-    js = (ASSETS / "plot.js").read_text(encoding="utf-8").replace("</", "<\\/")
+    try:
+        css = (ASSETS / "style.css").read_text(encoding="utf-8")
+        js = (ASSETS / "plot.js").read_text(encoding="utf-8").replace("</", "<\\/")
+    except OSError as exc:
+        raise MsmonError(f"msmon's page assets are missing: {exc.filename}",
+                         "reinstall msmon (msmon/view/assets/ must be packaged)") from None
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
