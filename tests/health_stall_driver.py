@@ -22,7 +22,7 @@ from helpers_training import quickstart_parts, write_quickstart_config  # noqa: 
 from msmon.config.coerce import build  # noqa: E402
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings  # noqa: E402
 
-MAX_BLOCK_S = 30.0
+MAX_BLOCK_S = 45.0
 
 
 def main() -> int:
