@@ -2,10 +2,15 @@
 
     /work/venv/bin/python bench/bench_callback_overhead.py [--steps 400] [--block 20]
 
-Each scenario is one real Trainer run in a child process. Inside it, msmon's callback is switched on
-and off in alternating blocks of ``--block`` steps, so steps with and without it run in the same
-process on the same compiled graph; the ratio is median(step time with) / median(step time without).
-Step time = wall time between consecutive step ends. Scenarios and targets:
+Every run is one real Trainer run (``--steps`` steps) in its own child process; step time = wall
+time between consecutive step ends, the first ``2 x --block`` steps (graph compile) left out.
+Two measurements, printed side by side:
+  gated   in one process msmon's callback is switched on and off in alternating blocks of
+          ``--block`` steps (same process, same compiled graph): median(with) / median(without);
+  runs    separate processes, interleaved ``--rounds`` times: baseline (no msmon at all) and each
+          scenario with msmon on for every step (writer threads, backends and all):
+          median of the runs' median step times / the same for the baseline.
+Scenarios and targets:
   core      5 core metrics, file + mindinsight, log_interval 10       target <= 1.01
   all       every backend (file, mindinsight, tensorboard, mlflow server), log_interval 1   <= 1.03
   blocking  file + a backend blocking 2 s per write, log_interval 1   <= 1.02, bounded memory
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +42,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str | None) -> dict[str, Any]:
-    """One real Trainer run with the callback gated on alternating blocks; returns the measurements."""
+def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str | None, gated: bool) -> dict[str, Any]:
+    """One real Trainer run (scenario ``none``: without msmon); returns the measurements."""
     import psutil
     from engine_support import FAKES, BlockingBackend
     from helpers_training import quickstart_parts, write_quickstart_config
@@ -51,7 +57,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     for cls in FAKES:
         register_backend(cls)
     BlockingBackend.delay = 2.0
-    spec = SCENARIOS[scenario]
+    spec = SCENARIOS.get(scenario, SCENARIOS["core"])
     os.chdir(workdir)
     path = write_quickstart_config(
         workdir, steps=steps, log_interval=spec["log_interval"], monitor_type=spec["monitor_type"], verbose=False,
@@ -59,9 +65,11 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     )
     training, monitor = quickstart_parts(path)
     settings, _ = build(MonitorSettings, monitor, "monitor_config")
-    session = MonitorSession(settings, settings.run_dir(), config=training).start()
-    inner = session.callback()
+    settings = replace(settings, monitor_type=spec["monitor_type"])  # "blocking" is a registered test backend
+    session = MonitorSession(settings, settings.run_dir(), config=training).start() if scenario != "none" else None
+    inner = session.callback() if session is not None else None
     interval = spec["log_interval"]
+    block = max(block, interval)  # every "on" block starts with a logging step
     process = psutil.Process()
     from mindspore.train import Callback
 
@@ -77,14 +85,15 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.rss: list[float] = []
 
         def on_train_begin(self, run_context: Any) -> None:
-            inner.on_train_begin(run_context)
+            if inner is not None:
+                inner.on_train_begin(run_context)
 
         def on_train_step_end(self, run_context: Any) -> None:
             now = time.perf_counter()
             step = run_context.original_args().cur_step_num
             if self.last is not None and step > 2 * block:  # skip the graph compile and warm-up
                 (self.on if self.was_on else self.off).append(now - self.last)
-            self.was_on = (step // block) % 2 == 1
+            self.was_on = inner is not None and (not gated or (step // block) % 2 == 1)
             if self.was_on:
                 started = time.perf_counter()
                 inner.on_train_step_end(run_context)
@@ -98,14 +107,16 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     started = time.monotonic()
     train(training, [gate], workdir / "logs")
     train_s = time.monotonic() - started
-    summary = session.close("completed")
+    summary = session.close("completed") if session is not None else None
     return {
-        "scenario": scenario, "on_ms": statistics.median(gate.on) * 1e3, "off_ms": statistics.median(gate.off) * 1e3,
+        "scenario": scenario, "gated": gated,
+        "on_ms": statistics.median(gate.on) * 1e3 if gate.on else None,
+        "off_ms": statistics.median(gate.off) * 1e3 if gate.off else None,
         "n_on": len(gate.on), "n_off": len(gate.off),
         "cost_plain_us": statistics.median(gate.cost_plain) * 1e6 if gate.cost_plain else None,
         "cost_log_us": statistics.median(gate.cost_log) * 1e6 if gate.cost_log else None,
-        "rss_mb": gate.rss, "train_s": train_s, "dropped": summary.dropped_records,
-        "written": {name: b["written"] for name, b in summary.backends.items()},
+        "rss_mb": gate.rss, "train_s": train_s, "dropped": summary.dropped_records if summary else 0,
+        "written": {name: b["written"] for name, b in summary.backends.items()} if summary else {},
     }
 
 
@@ -115,48 +126,61 @@ def start_mlflow(directory: Path) -> Any:
     return MlflowServer(directory)
 
 
+def run_child(args: argparse.Namespace, scenario: str, gated: bool, workdir: Path, mlflow: str | None) -> dict:
+    workdir.mkdir(parents=True)
+    cmd = [sys.executable, __file__, "--child", scenario, "--steps", str(args.steps), "--block", str(args.block),
+           "--workdir", str(workdir)] + (["--gated"] if gated else []) + (["--mlflow", mlflow] if mlflow else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise RuntimeError(f"{scenario}: failed\n{proc.stderr[-3000:]}")
+    return json.loads(line[-1][7:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--block", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--child", default=None)
+    parser.add_argument("--gated", action="store_true")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--mlflow", default=None)
     parser.add_argument("--only", nargs="*", default=list(SCENARIOS))
     args = parser.parse_args()
     if args.child:
-        result = child(args.child, args.steps, args.block, Path(args.workdir), args.mlflow)
+        result = child(args.child, args.steps, args.block, Path(args.workdir), args.mlflow, args.gated)
         print("RESULT " + json.dumps(result))
         return 0
-    results = []
+    gated: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ["none", *args.only]}
     with tempfile.TemporaryDirectory(prefix="msmon_bench_") as tmp:
         server = start_mlflow(Path(tmp) / "mlflow") if "all" in args.only else None
+        url = server.url if server is not None else None
         try:
             for scenario in args.only:
-                workdir = Path(tmp) / scenario
-                workdir.mkdir()
-                cmd = [sys.executable, __file__, "--child", scenario, "--steps", str(args.steps), "--block",
-                       str(args.block), "--workdir", str(workdir)]
-                if server is not None:
-                    cmd += ["--mlflow", server.url]
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-                line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-                if proc.returncode != 0 or not line:
-                    print(f"{scenario}: failed\n{proc.stderr[-3000:]}")
-                    return 1
-                results.append(json.loads(line[-1][7:]))
+                gated[scenario] = run_child(args, scenario, True, Path(tmp) / f"gated_{scenario}", url)
+            for round_ in range(args.rounds):
+                for scenario in runs:
+                    runs[scenario].append(run_child(args, scenario, False, Path(tmp) / f"{scenario}_{round_}", url))
         finally:
             if server is not None:
                 server.stop()
-    print(f"{'scenario':9} {'with ms':>8} {'without':>8} {'ratio':>6} {'target':>6}  {'non-log us':>10} {'log us':>8}"
-          f"  {'RSS MB first->last':>18}  dropped  written")
-    for r in results:
-        ratio = r["on_ms"] / r["off_ms"]
-        target = SCENARIOS[r["scenario"]]["target"]
-        rss = f"{r['rss_mb'][0]:.0f}->{r['rss_mb'][-1]:.0f}"
-        print(f"{r['scenario']:9} {r['on_ms']:8.2f} {r['off_ms']:8.2f} {ratio:6.3f} {'<=' + str(target):>6}  "
-              f"{r['cost_plain_us'] or 0:10.1f} {r['cost_log_us'] or 0:8.1f}  {rss:>18}  {r['dropped']:7d}  "
-              f"{r['written']}  {'ok' if ratio <= target else 'MISSED'}")
+    base = statistics.median(r["off_ms"] for r in runs["none"])
+    each = ", ".join(f"{r['off_ms']:.2f}" for r in runs["none"])
+    print(f"steps {args.steps}, block {args.block}, rounds {args.rounds}; baseline median step {base:.2f} ms ({each})")
+    print(f"{'scenario':9} {'gated':>6} {'runs':>6} {'target':>6}  {'non-log us':>10} {'log us':>8}  "
+          f"{'RSS MB':>11}  dropped  written")
+    for scenario in args.only:
+        g = gated[scenario]
+        gated_ratio = g["on_ms"] / g["off_ms"]
+        run_ratio = statistics.median(r["on_ms"] for r in runs[scenario]) / base
+        target = SCENARIOS[scenario]["target"]
+        rss = f"{g['rss_mb'][0]:.0f}->{g['rss_mb'][-1]:.0f}"
+        verdict = "ok" if max(gated_ratio, run_ratio) <= target else "MISSED"
+        costs = f"{g['cost_plain_us'] or 0:10.1f} {g['cost_log_us'] or 0:8.1f}"
+        print(f"{scenario:9} {gated_ratio:6.3f} {run_ratio:6.3f} {'<=' + str(target):>6}  {costs}  {rss:>11}  "
+              f"{g['dropped']:7d}  {g['written']}  {verdict}")
     return 0
 
 
