@@ -132,6 +132,9 @@ def test_learning_rate_schedule_read_from_config():
     schedule = schedule_from_config(COSINE, LearningRateSettings())
     assert (schedule.peak, schedule.warmup_end, schedule.decay_end, schedule.moves) == (1e-3, 30, 300, True)
     assert schedule_from_config({"lr_schedule": {"learning_rate": "5.e-3"}}, LearningRateSettings(peak=1.0)).peak == 1.0
+    assert schedule_from_config({"lr_schedule": {"learning_rate": "5.e-3"}}, LearningRateSettings()).peak == 5e-3
+    scaled = {"lr_scale": True, "lr_schedule": {"learning_rate": 5e-3}}  # mindformers scales by devices x batch
+    assert schedule_from_config(scaled, LearningRateSettings()).peak is None
 
 
 def test_learning_rate_checks():

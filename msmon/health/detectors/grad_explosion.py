@@ -59,7 +59,7 @@ class GradExplosionDetector:
         if gn is None or not math.isfinite(gn) or gn <= 0 or not isinstance(step, int):
             return None
         s = self.settings
-        cap = self._cap(gn, step)
+        cap = self._cap(gn)
         start = (self.schedule.warmup_end or 0) + s.settle_steps
         if step <= start:
             return cap
@@ -91,7 +91,7 @@ class GradExplosionDetector:
              "ratio": ratio, "window_steps": span, "loss": metric(record, "loss")},
         )
 
-    def _cap(self, gn: float, step: int) -> Signal | None:
+    def _cap(self, gn: float) -> Signal | None:
         limit = self.absolute_threshold
         if limit is None or gn < limit:
             self._over_cap = False
@@ -101,6 +101,6 @@ class GradExplosionDetector:
         self._over_cap = True
         return Signal(
             "warning",
-            f"grad_norm {fmt(gn)} reached the absolute threshold {fmt(limit)} (global_norm_spike_threshold)",
+            f"grad_norm {fmt(gn)} reached the absolute threshold {fmt(limit)}",
             {"grad_norm": gn, "threshold": limit, "check": "absolute"},
         )

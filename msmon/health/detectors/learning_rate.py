@@ -68,13 +68,19 @@ class Schedule:
 
 
 def schedule_from_config(config: Mapping[str, Any] | None, settings: LearningRateSettings) -> Schedule:
-    """Read ``lr_schedule`` (type, learning_rate, lr_end, warmup_steps/ratio, total/decay steps)."""
-    section = (config or {}).get("lr_schedule")
+    """Read ``lr_schedule`` (type, learning_rate, lr_end, warmup_steps/ratio, total/decay steps).
+
+    With mindformers' ``lr_scale: True`` the applied peak is learning_rate x devices x batch / factor,
+    so the configured value is no peak to check against (``learning_rate.peak`` can give it).
+    """
+    config = config or {}
+    section = config.get("lr_schedule")
     section = section if isinstance(section, Mapping) else {}
     kind = section.get("type")
+    scaled = config.get("lr_scale") is True
     schedule = Schedule(
         type=kind if isinstance(kind, str) else None,
-        peak=_number(section.get("learning_rate")),
+        peak=None if scaled else _number(section.get("learning_rate")),
         lr_end=_number(section.get("lr_end", section.get("min_lr"))),
         warmup_steps=_steps(section.get("warmup_steps")),
         warmup_ratio=_number(section.get("warmup_ratio")),
