@@ -173,7 +173,7 @@ def test_stall_calibration_and_gap_check():
     settings = StallSettings(floor_s=60.0, factor=10.0)
     assert calibrate([1.0, 2.0, 0.5], settings) == 60.0
     assert calibrate([1.0, 9.0], settings) == 90.0
-    assert calibrate([], settings) == 1800.0
+    assert calibrate([], settings) == 3600.0
     assert calibrate([1.0], StallSettings(timeout_s=5.0)) == 5.0
     records = [{"step": s, "time": 1000.0 + s} for s in range(1, 51)]
     gapped = [{**r, "time": r["time"] + (100.0 if r["step"] >= 30 else 0.0)} for r in records]

@@ -96,7 +96,7 @@ class HealthMonitor:
         with self._lock:
             stall = self.stall
             signal = stall.check(idle_s, last_step, last_end_wall, step_seconds) if stall else None
-            return self._raise("stall", signal, last_step, now) if signal else None
+            return self._raise("stall", signal, last_step or 0, now) if signal else None
 
     def close(self) -> None:
         for sink in self.sinks:

@@ -84,7 +84,7 @@ class StallSettings:
     factor: float = doc(10.0, "calibrated timeout = factor x the slowest recent step ...")
     floor_s: float = doc(60.0, "... but never less than this many seconds")
     recent: int = doc(50, "step times the calibration looks back on (the first step, compilation, never counts)")
-    first_step_timeout_s: float = doc(1800.0, "timeout before the first step has ended (graph compilation)")
+    first_step_timeout_s: float = doc(3600.0, "timeout before the first step has ended (model build, compilation)")
     poll_s: float = doc(0.5, "how often the watchdog looks")
 
 
