@@ -326,3 +326,14 @@ def test_mlflow_down_at_start_never_blocks_and_warns_once(tmp_path, caplog):
     assert len(msmon_warnings(caplog, "msmon: backend 'mlflow'")) == 1
     assert summary.backends["mlflow"]["status"] == "retrying" and summary.backends["mlflow"]["lost"] == 50
     assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+
+
+def test_mlflow_params_are_flat_valid_and_never_hold_secrets():
+    from msmon.engine.backends.mlflow import flatten, param_key
+
+    flat = flatten({"model": {"model_config": {"seq_length": 64}}, "alerts": {"webhook_url": "https://x/T0k3n"},
+                    "api_key": "sk-1", "layers": [1, 2], "note": "x" * 7000})
+    assert flat["model.model_config.seq_length"] == "64" and flat["layers"] == "[1, 2]"
+    assert flat["alerts.webhook_url"] == "***" and flat["api_key"] == "***"
+    assert len(flat["note"]) == 6000
+    assert param_key("a:b[0].c d/e-f") == "a_b_0_.c d/e-f"

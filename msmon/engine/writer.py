@@ -294,6 +294,8 @@ class Writer:
         self.queue.wake()
         deadline = time.monotonic() + timeout
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        for listener in self.listeners:  # first: a listener may still emit alerts while closing
+            self._listener_call(listener, "close")
         for runner in self.runners:
             runner.close(status)
         for runner in self.runners:
@@ -302,8 +304,6 @@ class Writer:
                     "msmon: backend '%s' did not finish closing within %.0f s; its last records may be missing",
                     runner.backend.name, timeout,
                 )
-        for listener in self.listeners:
-            self._listener_call(listener, "close")
 
     def _run(self) -> None:
         while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,11 @@ MAX_PARAM_VALUE = 6000
 MAX_PARAMS_PER_BATCH = 100
 SECRET_WORDS = ("password", "secret", "token", "api_key", "apikey", "webhook", "credential")
 STATUS = {"completed": "FINISHED", "failed": "FAILED"}  # everything else (interrupted, stopped...) -> KILLED
+
+
+def param_key(key: str) -> str:
+    """An MLflow-valid param key (letters, digits, ``_-. /`` only; at most 250 characters)."""
+    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key)[:250]
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -72,7 +78,7 @@ class MlflowBackend(Backend):
     def _log_params(self) -> None:
         from mlflow.entities import Param
 
-        params = [Param(key[:250], value) for key, value in flatten(self.config or {}).items()]
+        params = [Param(param_key(key), value) for key, value in flatten(self.config or {}).items()]
         for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
             self._client.log_batch(self._run_id, params=params[start : start + MAX_PARAMS_PER_BATCH])
 
