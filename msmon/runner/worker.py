@@ -76,7 +76,8 @@ class Worker:
                 from msmon.runner.launch import error_summary
 
                 status, error = "failed", error_summary(exc)
-                logger.error("training failed on rank %d:\n%s", self.rank, traceback.format_exc())
+                logger.error("training failed on rank %d:\n%s", self.rank, traceback.format_exc(),
+                             extra={"file_only": True})
             else:
                 status = "interrupted"
         if status == "completed" and self.signalled is not None:
@@ -90,6 +91,7 @@ class Worker:
         self.stderr = logging.StreamHandler(sys.stderr)
         prefix = f"[rank {self.rank}] " if self.world_size > 1 else ""
         self.stderr.setFormatter(logging.Formatter(f"{prefix}%(message)s"))
+        self.stderr.addFilter(lambda record: not getattr(record, "file_only", False))
         name = "msmon.log" if self.rank == 0 else f"msmon.rank_{self.rank}.log"
         file = logging.FileHandler(logs / name, encoding="utf-8")
         file.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [rank {self.rank}] %(message)s"))

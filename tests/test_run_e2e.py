@@ -1,0 +1,135 @@
+"""`msmon run` end to end: the real quickstart training as a subprocess, its run directory, a real MindInsight."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import urllib.parse
+import urllib.request
+
+import psutil
+import pytest
+from conftest import run_msmon
+from helpers_training import write_quickstart_config
+
+STEPS = 60
+INTERVAL = 10
+
+
+def _no_leftovers(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or [])
+            if marker in line and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(line)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - a board on 127.0.0.1
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real `msmon run` of the quickstart (reduced steps) with the board beside it."""
+    root = tmp_path_factory.mktemp("e2e")
+    config = write_quickstart_config(root, steps=STEPS, run_name="e2e_run", verbose=True)
+    env = {"MSMON_HOME": str(root / "home"), "MSMON_CACHE_DIR": str(root / "cache")}
+    started = time.monotonic()
+    result = run_msmon("run", str(config), "--board", "--port", "0", cwd=root, env=env, timeout=600)
+    return {"root": root, "config": config, "result": result, "seconds": time.monotonic() - started,
+            "run_dir": root / "monitor_logs" / "quickstart" / "e2e_run", "env": env}
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_run_completes_with_metrics_for_every_logged_step(quickstart_run: dict) -> None:
+    result = quickstart_run["result"]
+    assert result.code == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (quickstart_run["run_dir"] / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(INTERVAL, STEPS + 1, INTERVAL))
+    for name in ("loss", "grad_norm", "learning_rate", "throughput", "global_step"):
+        assert all(name in row for row in rows), name
+    losses = [row["loss"] for row in rows]
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0] - 0.1, losses
+    assert "run completed (exit 0" in result.stderr
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_run_json_says_what_ran_and_how_it_ended(quickstart_run: dict) -> None:
+    run_dir = quickstart_run["run_dir"]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["exit_code"] == 0 and info["error"] is None
+    assert info["last_step"] == STEPS
+    assert info["run_name"] == "e2e_run" and info["project_name"] == "quickstart"
+    assert info["run_dir"] == str(run_dir) and info["cwd"] == str(quickstart_run["root"])
+    assert info["device_target"] == "CPU" and info["device_count"] == 1
+    assert info["mindspore_version"] == "2.9.0" and info["mindformers_version"] == "1.9.0"
+    assert info["python_version"].startswith("3.11")
+    assert info["command"][:2] == ["msmon", "run"] and info["config_path"] == str(quickstart_run["config"])
+    assert info["dropped_records"] == 0 and isinstance(info["alert_count"], int)
+    assert info["start_time"] <= info["end_time"]
+    assert set(info) >= {"host", "pid", "git_commit", "total_steps"}
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_snapshot_is_the_config_as_written_and_nothing_leaks_into_the_cwd(quickstart_run: dict) -> None:
+    run_dir, root = quickstart_run["run_dir"], quickstart_run["root"]
+    assert (run_dir / "config.yaml").read_bytes() == quickstart_run["config"].read_bytes()
+    assert "${msmon_dataset:quickstart}" in (run_dir / "config.yaml").read_text()
+    resolved = (run_dir / "monitor_config.resolved.yaml").read_text()
+    assert "run_name: e2e_run" in resolved and "log_interval: 10" in resolved
+    assert (run_dir / "logs" / "msmon.log").is_file()
+    assert (run_dir / "logs" / "output" / "log" / "rank_0" / "info.log").is_file()
+    assert not (root / "output").exists()  # mindformers' ./output went into the run directory
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        ["cache", "home", "monitor_config_backup", "monitor_logs", "quickstart.yaml"]
+    )
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_board_started_beside_training_and_stopped_after(quickstart_run: dict) -> None:
+    stderr = quickstart_run["result"].stderr
+    assert re.search(r"board: http://127\.0\.0\.1:\d+", stderr), stderr[-2000:]
+    assert _no_leftovers(str(quickstart_run["root"] / "monitor_logs")) == []
+    assert _no_leftovers("msmon.runner.worker") == []
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_mindinsight_serves_the_same_loss_values(quickstart_run: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from msmon.ops.board import start_board
+
+    monkeypatch.setenv("MSMON_HOME", quickstart_run["env"]["MSMON_HOME"])
+    rows = [json.loads(line) for line in (quickstart_run["run_dir"] / "metrics.jsonl").read_text().splitlines()]
+    expected = {row["step"]: row["loss"] for row in rows}
+    board = start_board(quickstart_run["root"] / "monitor_logs", port=0, backend="mindinsight")
+    base = board.url.rstrip("/") + "/v1/mindinsight/datavisual"
+    served: dict[int, float] = {}
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(served) < len(expected):
+            try:
+                jobs = _get(f"{base}/train-jobs")["train_jobs"]
+                train_id = next(job["train_id"] for job in jobs if job["train_id"].endswith("/e2e_run"))
+                query = urllib.parse.urlencode({"train_id": train_id, "tag": "loss/scalar"})
+                data = _get(f"{base}/scalar/metadata?{query}")
+                served = {int(m["step"]): float(m["value"]) for m in data.get("metadatas", [])}
+            except (OSError, ValueError, KeyError, StopIteration):
+                time.sleep(1)
+    finally:
+        board.stop()
+    assert sorted(served) == sorted(expected)
+    for step, value in expected.items():
+        assert served[step] == pytest.approx(value, rel=1e-6)
