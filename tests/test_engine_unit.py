@@ -337,3 +337,14 @@ def test_mlflow_params_are_flat_valid_and_never_hold_secrets():
     assert flat["alerts.webhook_url"] == "***" and flat["api_key"] == "***"
     assert len(flat["note"]) == 6000
     assert param_key("a:b[0].c d/e-f") == "a_b_0_.c d/e-f"
+
+
+def test_sinking_several_steps_per_call_still_logs_each_interval(tmp_path: Path):
+    records: list[dict[str, Any]] = []
+    observer = _observer(settings(tmp_path, log_interval=10, track_metrics=["loss", "step_time_ms"]), records)
+    observer.begin(Params())
+    for step in range(7, 50, 7):  # dataset sink: 7 steps per callback call
+        time.sleep(0.014)
+        observer.step_end(Params(cur_step_num=step, net_outputs=1.0))
+    assert [r["step"] for r in records] == [14, 21, 35, 42]
+    assert all(1.5 < r["step_time_ms"] < 10 for r in records)  # ~14 ms per call / 7 steps

@@ -108,6 +108,7 @@ class StepObserver:
         self._optimizer: Any = None
         self._process: Any = None
         self._checked = False
+        self._bucket = 0
 
     def begin(self, cb_params: Any) -> None:
         """Train begin: the time base of the first step and the planned number of steps."""
@@ -121,11 +122,13 @@ class StepObserver:
         now = time.monotonic()
         step = cb_params.cur_step_num
         progress = self._progress
-        previous = progress.last_end_monotonic
+        previous, previous_step = progress.last_end_monotonic, progress.last_step
         progress.last_end_monotonic = now
         progress.last_step = step
-        if self._put is not None and step % self._interval == 0:
-            self._log(cb_params, step, now - previous)
+        bucket = step // self._interval  # a new bucket = a logging step, also when sinking several steps per call
+        if bucket != self._bucket and self._put is not None:
+            self._bucket = bucket
+            self._log(cb_params, step, (now - previous) / max(1, step - previous_step))
         return self._stop.stop_reason is not None
 
     def _log(self, cb_params: Any, step: int, step_seconds: float) -> None:
