@@ -1,0 +1,163 @@
+"""`msmon run` lifecycle: SIGINT mid-run, a crash, two runs racing for one name, refusals that create nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import run_msmon, tree_snapshot
+from helpers_training import write_quickstart_config
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MSMON_DEBUG", "LOCAL_DEFAULT_PATH")}
+    env.update(NO_COLOR="1", MSMON_HOME=str(root / "home"), MSMON_CACHE_DIR=str(root / "cache"))
+    return env
+
+
+def _start(root: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "msmon", "run", *args], cwd=root, env=_env(root),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.training
+def test_sigint_mid_run_flushes_marks_interrupted_and_leaves_no_process(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=400, run_name="sig", log_interval=5)
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "sig"
+    proc = _start(tmp_path, str(config))
+    seen: dict[int, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 300
+        while len(_lines(run_dir / "metrics.jsonl")) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            seen.update({p.pid: p for p in _descendants(proc.pid)})
+            time.sleep(0.2)
+        seen.update({p.pid: p for p in _descendants(proc.pid)})
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["exit_code"] == 130 and info["end_time"]
+    rows = _lines(run_dir / "metrics.jsonl")
+    assert 2 <= len(rows) and rows[-1]["step"] < 400
+    assert info["last_step"] >= rows[-1]["step"]  # every logged step up to the stop is on disk
+    assert "SIGINT received" in stderr
+    assert seen, "the training child was never seen"
+    assert [p.pid for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@pytest.mark.training
+def test_a_crash_in_training_is_failed_with_one_line_and_the_traceback_in_the_log(tmp_path: Path) -> None:
+    bad_heads = {"model.model_config.num_heads": 3}
+    config = write_quickstart_config(tmp_path, steps=10, run_name="crash", overrides=bad_heads)
+    result = run_msmon("run", str(config), cwd=tmp_path, env=_env(tmp_path), timeout=300)
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "crash"
+    assert result.code == 3, result.stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and info["exit_code"] == 3
+    assert info["error"] == "ValueError: LlamaForCausalLM: 64 is not divisible by 3"
+    assert "Traceback (most recent call last)" in (run_dir / "logs" / "msmon.log").read_text()
+    assert "Traceback" not in result.stderr
+    assert "run failed: ValueError: LlamaForCausalLM: 64 is not divisible by 3" in result.stderr
+
+
+@pytest.mark.training
+def test_two_simultaneous_runs_with_one_name_cannot_share_a_directory(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, run_name="same")
+    first, second = _start(tmp_path, str(config)), _start(tmp_path, str(config))
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    codes = sorted(p.returncode for p in (first, second))
+    assert codes == [0, 1], [o[1][-1500:] for o in outs]
+    loser = outs[[first.returncode, second.returncode].index(1)][1]
+    assert "already" in loser
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "same"
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["pid"] in (first.pid, second.pid)
+    assert [row["step"] for row in _lines(run_dir / "metrics.jsonl")] == [10]
+
+
+def test_an_existing_run_directory_is_refused_unless_resume(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, run_name="taken")
+    (tmp_path / "monitor_logs" / "quickstart" / "taken").mkdir(parents=True)
+    (tmp_path / "monitor_logs" / "quickstart" / "taken" / "metrics.jsonl").write_text("{}\n")
+    result = run_msmon("run", str(config), "--dry-run", cwd=tmp_path, env=_env(tmp_path))
+    assert result.code == 1 and "MS103" in result.stderr
+    resumed = run_msmon("run", str(config), "--dry-run", "--resume", cwd=tmp_path, env=_env(tmp_path))
+    assert resumed.code == 0, resumed.stderr
+    assert "(resume)" in resumed.stdout
+
+
+def test_failed_validation_leaves_the_working_directory_byte_for_byte_unchanged(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, log_interval=0, save_dir="./logs dir")
+    before = tree_snapshot(tmp_path)
+    result = run_msmon("run", str(config), "--board", cwd=tmp_path, env=_env(tmp_path))
+    assert result.code == 1
+    assert "MS401" in result.stderr and "nothing was started" in result.stderr
+    assert tree_snapshot(tmp_path) == before
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, run_name="plan")
+    before = tree_snapshot(tmp_path)
+    result = run_msmon("run", str(config), "--dry-run", "--board", "--port", "8099", cwd=tmp_path, env=_env(tmp_path))
+    assert result.code == 0, result.stderr
+    out = result.stdout
+    assert f"run directory: {tmp_path / 'monitor_logs' / 'quickstart' / 'plan'}" in out
+    assert "backends:      mindinsight, file" in out
+    assert "MFLossMonitor -> msmon MonitorCallback (every 10 steps)" in out
+    assert f"mindinsight start --port 8099 --summary-base-dir {tmp_path / 'monitor_logs'}" in out
+    assert "-m msmon.runner.worker" in out
+    assert tree_snapshot(tmp_path) == before
+
+
+def test_dry_run_shows_the_msrun_command(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, run_name="dist")
+    args = ["run", str(config), "--dry-run", "--worker-num", "4", "--local-worker-num", "2", "--node-rank", "1",
+            "--master-addr", "10.0.0.5", "--master-port", "9123", "use_parallel=True",
+            "parallel_config.data_parallel=4", "parallel.full_batch=False"]
+    result = run_msmon(*args, cwd=tmp_path, env=_env(tmp_path))
+    assert result.code == 0, result.stderr
+    for part in ("msrun --worker_num=4 --local_worker_num=2 --master_addr=10.0.0.5 --master_port=9123",
+                 "--join=True", "--node_rank=1", "python -m msmon.runner.worker"):
+        assert part in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--worker-num", "2"], "use_parallel is not True"),
+        (["--worker-num", "4", "--local-worker-num", "2"], "needs --node-rank"),
+        (["--node-rank", "1"], "--node-rank needs --worker-num"),
+    ],
+)
+def test_distributed_flag_mistakes_are_refused_before_anything_starts(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, run_name="x")
+    before = tree_snapshot(tmp_path)
+    result = run_msmon("run", str(config), *args, cwd=tmp_path, env=_env(tmp_path))
+    assert result.code in (1, 2) and message in result.stderr
+    assert tree_snapshot(tmp_path) == before
