@@ -67,7 +67,7 @@ def test_run_directory_uses_its_own_settings_and_schedule(tmp_path):
                for s in range(1, 11)]
     records[5]["learning_rate"] = 5e-3
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    (run / "config.yaml").write_text("lr_schedule:\n  type: ConstantWarmUpLR\n  learning_rate: 1.e-3\n")
+    (run / "config.yaml").write_text("peak: 1.e-3\nlr_schedule:\n  type: ConstantWarmUpLR\n  learning_rate: ${peak}\n")
     (run / "monitor_config.resolved.yaml").write_text("health:\n  learning_rate:\n    action: stop\n")
     alerts, _ = replay(run)
     assert [(a.detector, a.step, a.action, a.values["check"]) for a in alerts] == [

@@ -82,6 +82,18 @@ def _yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _training_config(path: Path) -> dict[str, Any]:
+    """The run's config.yaml with interpolations resolved where they can be, else as written."""
+    if not path.is_file():
+        return {}
+    from msmon.config.loader import load_config
+
+    try:
+        return load_config(path).resolved()
+    except MsmonError:
+        return _yaml(path)
+
+
 def health_settings(section: Any, where: str) -> HealthSettings:
     """``monitor_config.health`` built strictly; an invalid value is an error naming the key."""
     if section is None:
@@ -104,7 +116,7 @@ def run_dir_inputs(run_dir: Path) -> tuple[Path, HealthSettings, dict[str, Any],
     section = resolved.get("monitor_config", resolved)
     section = section.get("health") if isinstance(section, dict) else None
     settings = health_settings(section, str(run_dir / "monitor_config.resolved.yaml"))
-    config = _yaml(run_dir / "config.yaml")
+    config = _training_config(run_dir / "config.yaml")
     total = None
     try:
         total = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("total_steps")

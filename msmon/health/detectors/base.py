@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Iterable
 from typing import Any, ClassVar, Protocol
 
 from msmon.health.alert import Signal
@@ -25,13 +22,3 @@ def metric(record: dict[str, Any], key: str) -> float | None:
         return None
     return float(value)
 
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
-
-
-def median_mad(values: Iterable[float]) -> tuple[float, float]:
-    """(median, median absolute deviation) of ``values``."""
-    data = list(values)
-    med = statistics.median(data)
-    return med, statistics.median(abs(v - med) for v in data)
