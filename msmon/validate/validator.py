@@ -15,6 +15,7 @@ from msmon.config.coerce import field_docs
 from msmon.config.loader import LoadedConfig, _now
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings
 from msmon.findings import Finding, error, warning
+from msmon.health.checks import check_health
 from msmon.validate.backends import check_backends
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import check_cpu
@@ -25,7 +26,15 @@ from msmon.validate.registry import check_registry
 from msmon.validate.save_dir import check_save_dir
 from msmon.validate.section import check_section
 
-CHECKS = (check_names, check_save_dir, check_metrics, check_interval, check_backends, check_cpu, check_registry)
+
+
+def _check_health(ctx: CheckContext) -> list[Finding]:
+    return check_health(ctx.settings.health, ctx.training)
+
+
+CHECKS = (
+    check_names, check_save_dir, check_metrics, check_interval, check_backends, check_cpu, check_registry, _check_health
+)
 MAX_UNRESOLVED = 100
 
 
