@@ -27,7 +27,6 @@ from msmon.validate.save_dir import check_save_dir
 from msmon.validate.section import check_section
 
 
-
 def _check_health(ctx: CheckContext) -> list[Finding]:
     return check_health(ctx.settings.health, ctx.training)
 
