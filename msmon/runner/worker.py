@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from msmon.runner.launcher import SPEC_ENV, result_path
 from msmon.util.atomic import atomic_write_json
 
 CHILD_GRACE_S = 15.0
+EXIT_GUARD_S = 30.0
 
 logger = logging.getLogger("msmon")
 
@@ -177,10 +179,12 @@ def main() -> int:
               file=sys.stderr)
         return 2
     code = Worker(json.loads(spec)).run()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # never wait for MindSpore's non-daemon helpers: everything is flushed and written
+    # A normal exit lets MindSpore leave its cluster cleanly; if its exit handlers hang, end anyway.
+    guard = threading.Timer(EXIT_GUARD_S, os._exit, args=(code,))
+    guard.daemon = True
+    guard.start()
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

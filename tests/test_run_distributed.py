@@ -1,0 +1,66 @@
+"""`msmon run --worker-num 2` on CPU: two data-parallel ranks through msrun, one metrics file, one run.json."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import run_msmon
+from helpers_training import write_quickstart_config
+
+STEPS = 30
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.training
+def test_two_cpu_ranks_train_data_parallel_with_one_metrics_file(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=STEPS, run_name="dp2", log_interval=10)
+    env = {"MSMON_HOME": str(tmp_path / "home"), "MSMON_CACHE_DIR": str(tmp_path / "cache")}
+    result = run_msmon(
+        "run", str(config), "--worker-num", "2", "--master-port", str(_free_port()),
+        "use_parallel=True", "parallel_config.data_parallel=2", "parallel.full_batch=False",
+        cwd=tmp_path, env=env, timeout=600,
+    )
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "dp2"
+    assert result.code == 0, result.stderr[-3000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["device_count"] == 2 and info["exit_code"] == 0
+    assert info["last_step"] == STEPS
+    assert list(tmp_path.rglob("metrics.jsonl")) == [run_dir / "metrics.jsonl"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [10, 20, 30]
+    assert {row["rank"] for row in rows} == {0}
+    for row in rows:  # the callback knows it is one of two ranks
+        assert row["throughput"] == pytest.approx(2 * row["throughput_per_device"])
+    logs = run_dir / "logs" / "ranks"
+    for rank in (0, 1):
+        text = (logs / f"worker_{rank}.log").read_text(errors="replace")
+        assert f"step:[   {STEPS}/   {STEPS}]" in text
+        assert "global_batch_size = batch_size_per_card * device_num" in text and "= 4 = 2 * 2 * 1" in text
+        status = json.loads((run_dir / "logs" / f"rank_{rank}.result.json").read_text())
+        assert status["status"] == "completed"
+    assert not (tmp_path / "output").exists()
+    assert _processes_of(run_dir) == []
+
+
+def _processes_of(run_dir: Path) -> list[str]:
+    """Live processes started for this run (msrun, its scheduler, the ranks, tail)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or [])
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if str(run_dir) in line or str(run_dir) in proc.environ().get("MSMON_WORKER_SPEC", ""):
+                found.append(line)
+        except psutil.Error:
+            continue
+    return found
