@@ -1,7 +1,7 @@
 """Record real training traces from the CPU quickstart for the detection benchmark.
 
-    /work/venv/bin/python bench/record_traces.py            # every (lr, seed) below, one process each
-    /work/venv/bin/python bench/record_traces.py --one LR SEED OUT.jsonl
+    /work/venv/bin/python bench/record_traces.py [--all]    # missing traces (--all: every one), a process each
+    /work/venv/bin/python bench/record_traces.py --one LR SEED OUT.jsonl EPOCHS STEPS_PER_EPOCH
 
 Each trace line is one step: step, time, loss, grad_norm, learning_rate, overflow, throughput
 (tokens/s), step_time_ms - the keys of a metrics.jsonl record, at log_interval 1. Runs happen in a
@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CLEAN = [(1e-3, 0), (1e-3, 1), (5e-3, 0), (5e-3, 1), (2e-2, 0), (2e-2, 1)]
 FAULTY = [(1e4, 0)]  # the dead network: loss = ln(vocab), grad_norm = 0.0
+LONG = [(5e-3, 2)]  # 2 epochs of 500 steps: a longer horizon for false alarms
 STEPS = 320
 
 
@@ -28,7 +29,7 @@ def _round(value: float) -> float:
     return float(f"{value:.6g}")
 
 
-def record_one(lr: float, seed: int, out: Path) -> None:
+def record_one(lr: float, seed: int, out: Path, epochs: int = 1, steps: int = STEPS) -> None:
     """Train the quickstart once with a recording callback; write the trace to ``out``."""
     sys.path.insert(0, str(ROOT / "tests"))
     from helpers_training import quickstart_parts, write_quickstart_config
@@ -61,9 +62,8 @@ def record_one(lr: float, seed: int, out: Path) -> None:
         import os
 
         os.chdir(tmp)
-        config = write_quickstart_config(
-            tmp, steps=STEPS, overrides={"lr_schedule.learning_rate": lr, "seed": seed}, monitor_type=["file"]
-        )
+        overrides = {"lr_schedule.learning_rate": lr, "seed": seed, "runner_config.epochs": epochs}
+        config = write_quickstart_config(tmp, steps=steps, overrides=overrides, monitor_type=["file"])
         training, _ = quickstart_parts(config)
         recorder = Recorder()
         train(training, [recorder], Path(tmp) / "logs")
@@ -76,13 +76,17 @@ def trace_name(lr: float, seed: int, kind: str) -> str:
 
 def main() -> None:
     if sys.argv[1:2] == ["--one"]:
-        record_one(float(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+        record_one(float(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
         return
-    for kind, runs in (("clean", CLEAN), ("dead", FAULTY)):
+    for kind, runs, epochs, steps in (("clean", CLEAN, 1, STEPS), ("dead", FAULTY, 1, STEPS),
+                                      ("clean_long", LONG, 2, 500)):
         for lr, seed in runs:
             out = HERE / "traces" / trace_name(lr, seed, kind)
+            if "--all" not in sys.argv and out.exists():
+                continue
             started = time.monotonic()
-            subprocess.run([sys.executable, __file__, "--one", str(lr), str(seed), str(out)], check=True,
+            args = [str(lr), str(seed), str(out), str(epochs), str(steps)]
+            subprocess.run([sys.executable, __file__, "--one", *args], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print(f"{out.name}: {time.monotonic() - started:.0f} s")
 

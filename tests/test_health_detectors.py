@@ -66,8 +66,14 @@ def test_loss_spike_quiet_on_bumps_and_fires_after_patience():
     assert fired(LossSpikeDetector(LossSpikeSettings()), bumped) == []
     spiked = [{**r, "loss": r["loss"] * 3} if 150 <= r["step"] < 170 else r for r in records]
     hits = fired(LossSpikeDetector(LossSpikeSettings()), spiked)
-    assert [step for step, _ in hits] == [151]  # patience 2: the second spiking log
+    assert [step for step, _ in hits] == [152]  # 2 logs spanning 2 steps: the third spiking log at interval 1
+    assert hits[0][1].values["since_step"] == 150
     assert hits[0][1].values["ratio"] > 2.5
+
+
+def test_loss_spike_at_a_sparse_interval_needs_two_logs():
+    records = [{**r, "loss": r["loss"] * 3} if 150 <= r["step"] < 180 else r for r in healthy(400, interval=10)]
+    assert [step for step, _ in fired(LossSpikeDetector(LossSpikeSettings()), records)] == [160]
 
 
 def test_loss_spike_waits_for_warmup():

@@ -23,10 +23,11 @@ class LossSpikeSettings:
     action: Action = doc("alert", ACTION_DOC)
     warmup: int = doc(10, "logged steps that fill the baseline before the detector may fire")
     level_window: int = doc(5, "recent logged steps whose median is the loss level (short: the loss falls)")
-    window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (robust, trend-free)")
+    window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (trend-free)")
     ratio: float = doc(1.5, "a spike needs loss above ratio x the level ...")
-    z_score: float = doc(5.0, "... and (loss - level) above this many noise sigmas")
-    patience: int = doc(2, "consecutive spiking logs before an alert")
+    z_score: float = doc(4.0, "... and (loss - level) above this many noise sigmas ...")
+    patience: int = doc(2, "... on this many consecutive logs ...")
+    span_steps: int = doc(2, "... spanning at least this many steps (so 3 logs at log_interval 1)")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class GradExplosionSettings:
     t_stat: float = doc(3.0, "... with a fit this many standard errors above zero ...")
     ratio: float = doc(1.5, "... and grad_norm above ratio x the lowest rolling median since the baseline formed ...")
     patience: int = doc(2, "... on this many consecutive logs")
+    level_ratio: float = doc(3.0, "or: median of the last 5 logs above this x the low, with a robust upward trend")
     absolute_threshold: float | None = doc(
         None, "alert when grad_norm >= this value (default: mindformers' global_norm_spike_threshold when set)"
     )

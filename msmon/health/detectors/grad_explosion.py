@@ -12,6 +12,14 @@ from msmon.health.detectors.base import metric
 from msmon.health.detectors.learning_rate import Schedule
 from msmon.health.settings import GradExplosionSettings
 
+LEVEL_LOGS = 5  # logs whose median is the current level of the robust path
+
+
+def theil_sen(points: list[tuple[int, float]]) -> float:
+    """The median of the pairwise slopes: a trend that one outlier cannot fake or hide."""
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1 :] if x2 != x1]
+    return statistics.median(slopes) if slopes else 0.0
+
 
 def fit_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least-squares (slope, t statistic) of y over x; t is inf for an exact fit."""
@@ -34,6 +42,10 @@ class GradExplosionDetector:
     value is ``ratio`` x above the lowest rolling median seen since the warm-up, on ``patience``
     consecutive logs: the growth that precedes a loss blow-up while the loss still looks fine. Also
     fires on ``absolute_threshold``.
+
+    Heavy-tailed noise (one log 5x its neighbours) can defeat the least-squares significance, so a
+    second, robust path also counts: the median of the last 5 logs above ``level_ratio`` x the low
+    with an upward Theil-Sen trend of at least ``growth_per_step``.
 
     Its baseline forms only ``settle_steps`` after the schedule's LR warm-up (grad norms legitimately
     rise early in a run) and it fits only once a full window lies after that point.
@@ -71,7 +83,10 @@ class GradExplosionDetector:
         slope, t = fit_slope(list(self._points))
         self._low = min(self._low, math.exp(statistics.median(y for _, y in self._points)))
         ratio = gn / self._low
-        growing = slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio
+        level = math.exp(statistics.median(y for _, y in list(self._points)[-LEVEL_LOGS:]))
+        growing = (slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio) or (
+            level >= s.level_ratio * self._low and theil_sen(list(self._points)) >= s.growth_per_step
+        )
         self._streak = self._streak + 1 if growing else 0
         if not growing:
             if slope < s.growth_per_step / 2 or ratio < s.ratio:
