@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -238,6 +239,7 @@ class LiveView:
             sys.stderr = StreamCapture(sys.stderr, self._buffer)  # type: ignore[assignment]
         self._route_handlers()
         self._thread.start()
+        atexit.register(self.close)  # a run that dies without closing its session still gets its streams back
         return self
 
     def bind(self, session: Any = None, run_dir: str | Path | None = None) -> None:
@@ -272,6 +274,7 @@ class LiveView:
         """Print what is buffered, draw the final panel, give stdout/stderr and the handlers back."""
         if self._streams is None:
             return
+        atexit.unregister(self.close)
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
