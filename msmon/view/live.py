@@ -222,7 +222,6 @@ class LiveView:
         self._text: list[str] = []
         self._patched: list[tuple[logging.StreamHandler[Any], Any]] = []
         self._streams: tuple[Any, Any] | None = None
-        self._records = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="msmon-live-view", daemon=True)
         self._live = Live(get_renderable=self._render, console=self.console, auto_refresh=False, transient=False,
@@ -259,7 +258,6 @@ class LiveView:
                 value = _number(record, key)
                 if value is not None:
                     self.history[key].append(value)
-            self._records += 1
 
     def on_alert(self, alert: dict[str, Any]) -> None:
         key = json.dumps([alert.get("time"), alert.get("step"), alert.get("detector")], default=str)
