@@ -85,6 +85,33 @@ def test_a_crash_in_training_is_failed_with_one_line_and_the_traceback_in_the_lo
 
 
 @pytest.mark.training
+def test_a_health_stop_ends_the_run_with_exit_4(tmp_path: Path) -> None:
+    config = write_quickstart_config(
+        tmp_path, steps=200, run_name="diverged", log_interval=5, health={"nonfinite": {"action": "stop"}},
+        overrides={"lr_schedule.learning_rate": 1e30},
+    )
+    result = run_msmon("run", str(config), cwd=tmp_path, env=_env(tmp_path), timeout=300)
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "diverged"
+    assert result.code == 4, result.stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "stopped_by_monitor" and info["exit_code"] == 4
+    assert info["alert_count"] >= 1 and info["error"].startswith("nonfinite")
+    assert info["last_step"] < 200
+
+
+@pytest.mark.training
+def test_use_callback_false_trains_without_the_callback_but_keeps_the_accounting(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=10, run_name="nocb", use_callback=False)
+    result = run_msmon("run", str(config), cwd=tmp_path, env=_env(tmp_path), timeout=300)
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "nocb"
+    assert result.code == 0, result.stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["last_step"] is None
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "logs" / "output").is_dir()
+    assert not (run_dir / "metrics.jsonl").exists() and not list(run_dir.glob("events.out.*"))
+
+
+@pytest.mark.training
 def test_two_simultaneous_runs_with_one_name_cannot_share_a_directory(tmp_path: Path) -> None:
     config = write_quickstart_config(tmp_path, steps=10, run_name="same")
     first, second = _start(tmp_path, str(config)), _start(tmp_path, str(config))

@@ -160,7 +160,7 @@ class Launcher:
         assert self.process is not None
         while self.process.poll() is None:
             self._remember_children()
-            if self.stop_requested_at is None and self._monitor_stopped():
+            if self.request.worker_num and self.stop_requested_at is None and self._monitor_stopped():
                 logger.warning("msmon: a rank was stopped by the monitor: stopping the other ranks")
                 self.request_stop()
             if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_S:
