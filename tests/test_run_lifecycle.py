@@ -155,7 +155,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path: Path) -> None:
     assert f"run directory: {tmp_path / 'monitor_logs' / 'quickstart' / 'plan'}" in out
     assert "backends:      mindinsight, file" in out
     assert "MFLossMonitor -> msmon MonitorCallback (every 10 steps)" in out
-    assert f"mindinsight start --port 8099 --summary-base-dir {tmp_path / 'monitor_logs'}" in out
+    assert f"mindinsight start --port 8099 --summary-base-dir {tmp_path / 'monitor_logs' / 'quickstart'}" in out
     assert "-m msmon.runner.worker" in out
     assert tree_snapshot(tmp_path) == before
 

@@ -46,6 +46,15 @@ class RunRequest:
     node_rank: int | None = None
     command: list[str] = field(default_factory=lambda: list(sys.argv))
 
+    @property
+    def joins_run(self) -> bool:
+        """A machine other than node 0 of a multi-machine run: node 0 creates the run directory."""
+        return self.node_rank not in (None, 0)
+
+    @property
+    def run_json(self) -> str:
+        return f"run.node{self.node_rank}.json" if self.joins_run else runinfo.RUN_JSON
+
 
 @dataclass
 class RunPlan:
@@ -75,6 +84,10 @@ class RunPlan:
         path = Path(self.settings.save_dir).expanduser()
         return path if path.is_absolute() else self.cwd / path
 
+    def board_dir(self) -> Path:
+        """What the board serves: MindInsight lists one directory level, so the project directory."""
+        return self.save_dir() / self.settings.project_name
+
     def callback_order(self) -> list[str]:
         """The training's callbacks in the order mindformers runs them (its own monitors first)."""
         names = [str(cb.get("type", "?")) for cb in self.training.get("callbacks") or [] if isinstance(cb, dict)]
@@ -86,10 +99,10 @@ class RunPlan:
         backend = self.board_backend
         if not self.request.board or backend is None:
             return None
-        port, save_dir = str(self.request.port), str(self.save_dir())
+        port, directory = str(self.request.port), str(self.board_dir())
         if backend == "mindinsight":
-            return ["mindinsight", "start", "--port", port, "--summary-base-dir", save_dir]
-        return ["tensorboard", "--logdir", save_dir, "--port", port, "--host", "127.0.0.1"]
+            return ["mindinsight", "start", "--port", port, "--summary-base-dir", directory]
+        return ["tensorboard", "--logdir", directory, "--port", port, "--host", "127.0.0.1"]
 
     def launcher_command(self) -> list[str]:
         return launcher.worker_argv(self.request, self.run_dir)
@@ -138,7 +151,7 @@ def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationRes
     """Validate ``request``; the plan is None when the config has an error finding."""
     launcher.check_flags(request)
     loaded = load_config(request.config, request.overrides)
-    result = validate(loaded, resume=request.resume, cwd=cwd)
+    result = validate(loaded, resume=request.resume or request.joins_run, cwd=cwd)
     if not result.valid:
         return result, None
     return result, make_plan(request, result, loaded, cwd)
@@ -166,7 +179,7 @@ class _Board:
             return
         try:
             self.handle = start_board(
-                self.plan.save_dir(), port=self.plan.request.port, backend=self.plan.board_backend,
+                self.plan.board_dir(), port=self.plan.request.port, backend=self.plan.board_backend,
                 detach=self.plan.request.keep_board,
             )
         except Exception as exc:  # the board never takes training down
@@ -208,9 +221,9 @@ class Run:
     def create(self) -> None:
         """Run directory, logs, snapshot, backup, run.json ``running``."""
         plan, run_dir = self.plan, self.plan.run_dir
-        new = rundir.create_run_dir(run_dir, resume=plan.request.resume)
+        new = rundir.create_run_dir(run_dir, resume=plan.request.resume or plan.request.joins_run)
         self._attach_log(run_dir / rundir.LOGS / "msmon.log")
-        if not new and (run_dir / runinfo.RUN_JSON).exists():
+        if not new and not plan.request.joins_run and (run_dir / runinfo.RUN_JSON).exists():
             previous = sorted(run_dir.glob("run.previous-*.json"))
             os.replace(run_dir / runinfo.RUN_JSON, run_dir / f"run.previous-{len(previous) + 1}.json")
         rundir.write_snapshot(
@@ -224,7 +237,7 @@ class Run:
             device_count=plan.request.worker_num or 1, total_steps=plan.result.total_steps, cwd=plan.cwd,
             pid=os.getpid(),
         )
-        runinfo.write_run_info(run_dir, self.info)
+        runinfo.write_run_info(run_dir, self.info, plan.request.run_json)
         logger.info("msmon: run %s started in %s", plan.settings.run_name, run_dir)
 
     def _attach_log(self, path: Path) -> None:
@@ -306,7 +319,7 @@ class Run:
                 self.info, status=status, exit_code=code, last_step=last_step, dropped_records=dropped,
                 alert_count=alerts, error=error,
             )
-            runinfo.write_run_info(self.plan.run_dir, self.info)
+            runinfo.write_run_info(self.plan.run_dir, self.info, self.plan.request.run_json)
             logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, last_step)
             if self._log_handler is not None:
                 logger.removeHandler(self._log_handler)

@@ -146,8 +146,9 @@ class Launcher:
 
     def run(self) -> LaunchResult:
         argv = worker_argv(self.request, self.run_dir)
-        for old in (self.run_dir / "logs").glob("rank_*.result.json"):  # left by the run being resumed
-            old.unlink()
+        if self.request.node_rank in (None, 0):  # results left by the run being resumed
+            for old in (self.run_dir / "logs").glob("rank_*.result.json"):
+                old.unlink()
         logger.info("msmon: launching %s", " ".join(argv))
         self.process = subprocess.Popen(argv, env=self._env(), start_new_session=True)  # noqa: S603
         try:

@@ -104,8 +104,8 @@ def finish_info(
     )
 
 
-def write_run_info(run_dir: Path, info: dict[str, Any]) -> None:
-    atomic_write_json(run_dir / RUN_JSON, info)
+def write_run_info(run_dir: Path, info: dict[str, Any], name: str = RUN_JSON) -> None:
+    atomic_write_json(run_dir / name, info)
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any]:
