@@ -27,7 +27,10 @@ def stamp(unix: float | None) -> str:
     """ISO 8601 UTC time of a unix timestamp, to the second."""
     if unix is None:
         return "n/a"
-    return datetime.fromtimestamp(unix, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(unix, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # not a plausible unix time
+        return f"t={unix:g}"
 
 
 class StallDetector:
@@ -53,6 +56,8 @@ class StallDetector:
     def observe(self, record: dict[str, Any]) -> Signal | None:
         step, time = record.get("step"), record.get("time")
         if not isinstance(step, int) or isinstance(time, bool) or not isinstance(time, int | float):
+            return None
+        if not math.isfinite(time):
             return None
         prev, self._prev = self._prev, (step, float(time))
         if prev is None or step <= prev[0] or time < prev[1]:
