@@ -60,7 +60,7 @@ class DeadSeriesSettings:
 class LearningRateSettings:
     enabled: bool = doc(True, "check the learning rate is finite, non-negative, and follows its schedule")
     action: Action = doc("alert", ACTION_DOC)
-    peak: float | None = doc(None, "peak learning rate (default: lr_schedule.learning_rate)")
+    peak: float | None = doc(None, "peak learning rate (default: lr_schedule.learning_rate)", "MS804")
     warmup_steps: int | None = doc(None, "warm-up steps (default: lr_schedule warmup_steps or warmup_ratio)")
     constant_window: int = doc(10, "logged steps of exactly constant LR that count as a frozen schedule")
     zero_grace_steps: int = doc(10, "LR exactly 0 this many steps after the warm-up is a fault")
@@ -92,9 +92,9 @@ class StallSettings:
 
 @dataclass(frozen=True)
 class AlertSettings:
-    webhook_url: str | None = doc(None, "HTTP(S) URL that receives each alert as a JSON POST (its own thread)")
+    webhook_url: str | None = doc(None, "HTTP(S) URL that receives each alert as a JSON POST (its own thread)", "MS802")
     webhook_timeout_s: float = doc(5.0, "timeout of one webhook POST")
-    command: list[str] | None = doc(None, "argv run for each alert (its own thread); the alert JSON is on stdin")
+    command: list[str] | None = doc(None, "argv run for each alert (own thread); the alert JSON is on stdin", "MS803")
     command_timeout_s: float = doc(30.0, "the command hook is killed after this many seconds")
     queue_size: int = doc(100, "alerts waiting for the webhook or the command; beyond it they are dropped")
     rate_limit_s: float = doc(300.0, "minimum seconds between two alerts of one detector (critical beats warning)")
