@@ -23,6 +23,16 @@ def mindformers_norm_threshold(config: Mapping[str, Any] | None) -> float | None
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def checkpoint_every(config: Mapping[str, Any] | None) -> int | None:
+    """``save_checkpoint_steps`` of a CheckpointMonitor in the training config's ``callbacks``."""
+    callbacks = (config or {}).get("callbacks")
+    for entry in callbacks if isinstance(callbacks, list) else []:
+        if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
+            steps = entry.get("save_checkpoint_steps", 1)
+            return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    return None
+
+
 def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The enabled detectors in a fixed order (the same list live and in replay)."""
     schedule = schedule_from_config(config, settings.learning_rate)
@@ -35,6 +45,6 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
         (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),
         (settings.learning_rate.enabled, lambda: LearningRateDetector(settings.learning_rate, schedule)),
         (settings.throughput_drop.enabled, lambda: ThroughputDropDetector(settings.throughput_drop)),
-        (settings.stall.enabled, lambda: StallDetector(settings.stall)),
+        (settings.stall.enabled, lambda: StallDetector(settings.stall, checkpoint_every(config))),
     ]
     return [make() for enabled, make in candidates if enabled]
