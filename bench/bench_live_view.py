@@ -11,7 +11,8 @@ which comparing separate processes cannot do here. Every step end is timed by a 
 20 steps (graph compile) are skipped, and so are the 2 steps after each switch, where the panel is started
 or stopped on the training thread (a cost of this benchmark's toggling, not of `msmon run`, which starts
 the panel once before training). The script prints the pooled median step time of each arm, the median of
-the ratios of adjacent block pairs, and the CPU time of the view's own thread. Target: ratio <= 1.01.
+the ratios of adjacent block pairs (the headline: each pair shares the machine's load of that moment), and
+the CPU time of the view's own thread. Target: paired ratio <= 1.01.
 """
 
 from __future__ import annotations
@@ -35,12 +36,11 @@ SETTLE = 2
 
 
 def thread_cpu_seconds(native_id: int | None) -> float:
-    """User + system CPU seconds of one thread of this process (Linux /proc); 0 when it is gone."""
+    """CPU seconds one thread of this process has run (Linux schedstat, nanoseconds); 0 when it is gone."""
     try:
-        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Forward:
@@ -204,7 +204,7 @@ def main() -> None:
     print(f"median step time: without view {statistics.median(off) * 1000:.2f} ms ({len(off)} steps), "
           f"with live view {statistics.median(live) * 1000:.2f} ms ({len(live)} steps)")
     print(f"ratio live/off: pooled medians {pooled:.4f}, median of {len(pair_ratios)} adjacent block pairs "
-          f"{paired:.4f} (target <= 1.01): {'PASS' if pooled <= 1.01 else 'FAIL'}")
+          f"{paired:.4f} (target <= 1.01 for the paired ratio): {'PASS' if paired <= 1.01 else 'FAIL'}")
     if view_wall:
         print(f"live view thread CPU: {view_cpu:.3f} s over {view_wall:.1f} s shown "
               f"({100 * view_cpu / view_wall:.2f}% of one core)")
