@@ -189,17 +189,19 @@ def test_stall_calibration_and_gap_check():
     assert fired(StallDetector(settings), records) == []
 
 
-def test_checkpoint_steps_get_the_checkpoint_timeout():
-    config = {"callbacks": [{"type": "MFLossMonitor"}, {"type": "CheckpointMonitor", "save_checkpoint_steps": 100}]}
+def test_checkpoint_and_eval_steps_get_the_slow_step_timeout():
+    config = {"callbacks": [{"type": "MFLossMonitor"}, {"type": "CheckpointMonitor", "save_checkpoint_steps": 100}],
+              "do_eval": True, "eval_step_interval": 250}
     det = next(d for d in build_detectors(HealthSettings(stall=StallSettings(floor_s=2.0)), config)
                if isinstance(d, StallDetector))
-    assert det.checkpoint_every == 100
+    assert det.slow_every == (100, 250)
+    assert det.check(60.0, 250, 1000.0, [0.1] * 5) is None
     assert det.check(60.0, 100, 1000.0, [0.1] * 5) is None  # saving after step 100: 1800 s allowed
     assert det.check(60.0, 99, 1000.0, [0.1] * 5) is None  # the save may run before msmon's step end
     assert det.check(60.0, 57, 1000.0, [0.1] * 5) is not None
     records = [{"step": s, "time": 1000.0 + s + (300.0 if s > 100 else 0.0)} for s in range(90, 111)]
     assert fired(det, records) == []  # a 300 s save between steps 100 and 101 is no time gap
-    assert StallDetector(StallSettings(), checkpoint_every=1).checkpoint_every is None  # every step: calibrated
+    assert StallDetector(StallSettings(), slow_every=(1,)).slow_every == ()  # a save every step: calibrated
 
 
 def test_watchdog_check_reports_a_stall_once_with_the_last_step():

@@ -40,7 +40,7 @@ RANGES: tuple[tuple[str, float, float, bool], ...] = (
     ("stall.factor", 1.0, float("inf"), True),
     ("stall.floor_s", 0.0, float("inf"), False),
     ("stall.first_step_timeout_s", 0.0, float("inf"), False),
-    ("stall.checkpoint_timeout_s", 0.0, float("inf"), True),
+    ("stall.slow_step_timeout_s", 0.0, float("inf"), True),
     ("stall.poll_s", 0.05, float("inf"), True),
     ("stall.recent", 1, float("inf"), True),
     ("alerts.webhook_timeout_s", 0.0, float("inf"), False),

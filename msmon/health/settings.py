@@ -87,8 +87,8 @@ class StallSettings:
     floor_s: float = doc(60.0, "... but never less than this many seconds")
     recent: int = doc(50, "step times the calibration looks back on (the first step, compilation, never counts)")
     first_step_timeout_s: float = doc(3600.0, "timeout before the first step has ended (model build, compilation)")
-    checkpoint_timeout_s: float = doc(
-        1800.0, "timeout at the steps where CheckpointMonitor saves (save_checkpoint_steps): saving a big model is slow"
+    slow_step_timeout_s: float = doc(
+        1800.0, "timeout at the steps that save a checkpoint (CheckpointMonitor) or evaluate (do_eval): slow, not hung"
     )
     poll_s: float = doc(0.5, "how often the watchdog looks")
 

@@ -23,14 +23,22 @@ def mindformers_norm_threshold(config: Mapping[str, Any] | None) -> float | None
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def checkpoint_every(config: Mapping[str, Any] | None) -> int | None:
-    """``save_checkpoint_steps`` of a CheckpointMonitor in the training config's ``callbacks``."""
-    callbacks = (config or {}).get("callbacks")
+def _steps(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
+    """Step intervals whose step ends are slow by design: CheckpointMonitor's ``save_checkpoint_steps``
+    (mindformers' default 1) and, with ``do_eval``, ``eval_step_interval`` (default 100)."""
+    config = config or {}
+    found: list[int] = []
+    callbacks = config.get("callbacks")
     for entry in callbacks if isinstance(callbacks, list) else []:
         if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
-            steps = entry.get("save_checkpoint_steps", 1)
-            return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
-    return None
+            found.extend(filter(None, [_steps(entry.get("save_checkpoint_steps", 1))]))
+    if config.get("do_eval") is True:
+        found.extend(filter(None, [_steps(config.get("eval_step_interval", 100))]))
+    return tuple(found)
 
 
 def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None) -> list[Detector]:
@@ -45,6 +53,6 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
         (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),
         (settings.learning_rate.enabled, lambda: LearningRateDetector(settings.learning_rate, schedule)),
         (settings.throughput_drop.enabled, lambda: ThroughputDropDetector(settings.throughput_drop)),
-        (settings.stall.enabled, lambda: StallDetector(settings.stall, checkpoint_every(config))),
+        (settings.stall.enabled, lambda: StallDetector(settings.stall, slow_step_intervals(config))),
     ]
     return [make() for enabled, make in candidates if enabled]

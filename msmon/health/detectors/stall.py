@@ -44,22 +44,21 @@ class StallDetector:
 
     name = "stall"
 
-    def __init__(self, settings: StallSettings, checkpoint_every: int | None = None) -> None:
+    def __init__(self, settings: StallSettings, slow_every: tuple[int, ...] = ()) -> None:
         self.settings = settings
-        self.checkpoint_every = checkpoint_every if checkpoint_every and checkpoint_every > 1 else None
+        self.slow_every = tuple(every for every in slow_every if every > 1)  # every step: calibration sees it
         self._seconds: deque[float] = deque(maxlen=max(settings.recent, 1))
         self._prev: tuple[int, float] | None = None
         self.reported_step: int | None = None
 
-    def timeout(self, step_seconds: Sequence[float] | None = None, saving: bool = False) -> float:
-        """The calibrated timeout; at least ``checkpoint_timeout_s`` while a checkpoint may be saving."""
+    def timeout(self, step_seconds: Sequence[float] | None = None, slow: bool = False) -> float:
+        """The calibrated timeout; at least ``slow_step_timeout_s`` where a save or an evaluation may run."""
         timeout = calibrate(self._seconds if step_seconds is None else step_seconds, self.settings)
-        return max(timeout, self.settings.checkpoint_timeout_s) if saving else timeout
+        return max(timeout, self.settings.slow_step_timeout_s) if slow else timeout
 
-    def _saves(self, first: int, last: int) -> bool:
-        """Whether CheckpointMonitor saves at a step end in ``first..last``."""
-        every = self.checkpoint_every
-        return every is not None and last // every > (first - 1) // every
+    def _slow(self, first: int, last: int) -> bool:
+        """Whether a checkpoint save or an evaluation runs at a step end in ``first..last``."""
+        return any(last // every > (first - 1) // every for every in self.slow_every)
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         step, time = record.get("step"), record.get("time")
@@ -76,7 +75,7 @@ class StallDetector:
             return None
         typical = statistics.median(self._seconds)
         slowest = gap - (steps - 1) * typical  # the longest single step inside the gap, at least
-        timeout = self.timeout(saving=self._saves(prev[0], step))
+        timeout = self.timeout(slow=self._slow(prev[0], step))
         if slowest <= timeout:
             self._seconds.append(gap / steps)
             return None
@@ -95,10 +94,10 @@ class StallDetector:
     ) -> Signal | None:
         """Watchdog: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1.
 
-        The save runs in a step-end callback before or after msmon's, so the steps around the last
-        step count as saving."""
-        saving = last_step is not None and self._saves(last_step, last_step + 1)
-        timeout = self.timeout(step_seconds, saving)
+        A save or an evaluation runs in a step-end callback before or after msmon's, so both the last
+        step and the next one count."""
+        slow = last_step is not None and self._slow(last_step, last_step + 1)
+        timeout = self.timeout(step_seconds, slow)
         marker = -1 if last_step is None else last_step
         if idle_s <= timeout or self.reported_step == marker:
             return None
