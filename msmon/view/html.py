@@ -89,9 +89,10 @@ def page(title: str, body: str, data: dict[str, Any]) -> str:
     )
 
 
-def plots_section(panels: list[dict[str, Any]], note: str = "") -> str:
+def plots_section(panels: list[dict[str, Any]], note: str = "", alerts: bool = True) -> str:
     """The containers the plotting script fills (main metrics, then the others folded), with a usage hint."""
-    hint = "Drag across a plot to zoom all plots, double-click to reset; hover an alert marker for its message."
+    hint = "Drag across a plot to zoom all plots, double-click to reset" + (
+        "; hover an alert marker for its message." if alerts else ".")
     extra = [p["label"] for p in panels if p["group"] == "more"]
     folded = (f"<details><summary>More metrics: {esc(', '.join(extra))}</summary><div id=\"msmon-plots-more\">"
               "</div></details>" if extra else "")
