@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -64,3 +69,36 @@ def _processes_of(run_dir: Path) -> list[str]:
         except psutil.Error:
             continue
     return found
+
+
+@pytest.mark.training
+def test_sigint_stops_every_rank_and_leaves_no_process(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=400, run_name="dpsig", log_interval=5)
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_DEFAULT_PATH"}
+    env.update(MSMON_HOME=str(tmp_path / "home"), MSMON_CACHE_DIR=str(tmp_path / "cache"))
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "dpsig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "msmon", "run", str(config), "--worker-num", "2", "--master-port", str(_free_port()),
+         "use_parallel=True", "parallel_config.data_parallel=2", "parallel.full_batch=False"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        metrics = run_dir / "metrics.jsonl"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["exit_code"] == 130
+    for rank in (0, 1):
+        assert json.loads((run_dir / "logs" / f"rank_{rank}.result.json").read_text())["status"] == "interrupted"
+    assert info["last_step"] < 400
+    assert _processes_of(run_dir) == []

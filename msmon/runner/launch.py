@@ -213,6 +213,7 @@ class Run:
         self.signal_received: int | None = None
         self.signal_count = 0
         self._log_handler: logging.Handler | None = None
+        self._log_level = logging.NOTSET
         self._finished = threading.Lock()
         self._done = False
         self._previous: dict[int, Any] = {}
@@ -245,6 +246,7 @@ class Run:
         handler.setLevel(logging.INFO)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
+        self._log_level = logger.level
         if logger.level == logging.NOTSET or logger.level > logging.INFO:
             logger.setLevel(logging.INFO)
         self._log_handler = handler
@@ -324,6 +326,7 @@ class Run:
             if self._log_handler is not None:
                 logger.removeHandler(self._log_handler)
                 self._log_handler.close()
+                logger.setLevel(self._log_level)
             return RunOutcome(status, code, self.plan.run_dir, error, last_step)
 
 

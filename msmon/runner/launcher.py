@@ -184,12 +184,14 @@ class Launcher:
             self.known.setdefault(proc.pid, proc)
 
     def workers(self) -> list[psutil.Process]:
-        """The live rank processes (msrun's children running the worker module)."""
+        """The live training processes: the worker child, or msrun's ranks (not msrun, not its scheduler)."""
         self._remember_children()
+        if not self.request.worker_num:
+            return [p for p in self.known.values() if self.process and p.pid == self.process.pid and _alive(p)]
         alive = []
         for proc in self.known.values():
             try:
-                if _alive(proc) and WORKER_MODULE in proc.cmdline():
+                if _alive(proc) and WORKER_MODULE in proc.cmdline() and proc.environ().get("MS_ROLE") == "MS_WORKER":
                     alive.append(proc)
             except psutil.Error:
                 continue

@@ -33,6 +33,8 @@ class Worker:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
         self.rank = int(os.environ.get("RANK_ID", "0"))
+        # msrun's scheduler runs the same command; MindSpore serves the cluster inside init(): no monitoring there
+        self.scheduler = os.environ.get("MS_ROLE") == "MS_SCHED"
         self.world_size = int(spec["worker_num"])
         self.run_dir = Path(spec["run_dir"])
         self.session: Any = None
@@ -114,7 +116,7 @@ class Worker:
             logger.warning("live view not started: %s", exc)
 
     def _open_session(self, settings: Any, training: dict[str, Any]) -> None:
-        if not (settings.enable_monitor and settings.use_callback):
+        if self.scheduler or not (settings.enable_monitor and settings.use_callback):
             return
         try:
             from msmon.engine.session import MonitorSession
@@ -137,7 +139,7 @@ class Worker:
             logger.warning("health monitor not started: %s", exc)
 
     def finish(self, status: str, error: str | None) -> None:
-        if self._written:
+        if self._written or self.scheduler:
             return
         self._written = True
         last_step, dropped, alerts = None, 0, 0

@@ -1,0 +1,165 @@
+"""Unit tests of the runner's logic: run directory, secrets, run.json, result aggregation, flag checks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers_training import write_quickstart_config
+
+from msmon.errors import MsmonError
+from msmon.runner import launcher, rundir, runinfo
+from msmon.runner.launch import Run, RunRequest, prepare
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_only_one_of_many_concurrent_creators_gets_the_run_directory(tmp_path: Path) -> None:
+    target = tmp_path / "save" / "project" / "run"
+    outcomes: list[object] = []
+    barrier = threading.Barrier(8)
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(rundir.create_run_dir(target))
+        except MsmonError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count(True) == 1
+    assert sum(isinstance(o, MsmonError) and "already exists" in o.message for o in outcomes) == 7
+    assert (target / "logs").is_dir()
+    assert rundir.create_run_dir(target, resume=True) is False
+
+
+def test_redact_keeps_environment_interpolations_and_masks_url_passwords() -> None:
+    raw = {"token": "${oc.env:TOKEN}", "uri": "http://bob:${oc.env:PW}@host:5000", "name": "r_${now:%Y}",
+           "plain": "https://alice:hunter2@example.org/x", "nested": {"k": "${env:K,1}"}, "list": ["${oc.env:A}", 3]}
+    resolved = {"token": "s3cret", "uri": "http://bob:pw@host:5000", "name": "r_2026",
+                "plain": "https://alice:hunter2@example.org/x", "nested": {"k": "v"}, "list": ["a", 3]}
+    assert rundir.redact(resolved, raw) == {
+        "token": "${oc.env:TOKEN}", "uri": "http://bob:${oc.env:PW}@host:5000", "name": "r_2026",
+        "plain": "https://alice:***@example.org/x", "nested": {"k": "${env:K,1}"}, "list": ["${oc.env:A}", 3],
+    }
+
+
+def test_no_resolved_secret_reaches_the_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "tok-5b1f0c9e"
+    monkeypatch.setenv("MSMON_TEST_SECRET", secret)
+    monkeypatch.chdir(tmp_path)
+    config = write_quickstart_config(
+        tmp_path, steps=10, run_name="secret", monitor_type=["file", "mlflow"],
+        mlflow={"tracking_uri": "http://bob:${oc.env:MSMON_TEST_SECRET}@127.0.0.1:5999"},
+    )
+    command = ["msmon", "run", str(config), "x.uri=http://eve:pass-9d2@h:1/"]
+    result, plan = prepare(RunRequest(config=str(config), command=command))
+    assert plan is not None, [f.message for f in result.findings]
+    assert plan.settings.mlflow.tracking_uri == f"http://bob:{secret}@127.0.0.1:5999"  # resolved in memory
+    run = Run(plan, say=lambda line: None)
+    run.create()
+    run.finish("completed")
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert plan.run_dir / "monitor_config.resolved.yaml" in files
+    for path in files:
+        text = path.read_text(errors="replace")
+        assert secret not in text and "pass-9d2" not in text, path
+    info = runinfo.read_run_info(plan.run_dir)
+    assert info["command"][-1] == "x.uri=http://eve:***@h:1/"
+    assert info["status"] == "completed" and info["exit_code"] == 0
+
+
+def test_run_json_end_fields_and_status_check() -> None:
+    start = runinfo.start_info(
+        config_path="c.yaml", project_name="p", run_name="r", run_dir=Path("/x/p/r"), command=["msmon"],
+        device_target="CPU", device_count=1, total_steps=10, cwd=REPO, pid=1,
+    )
+    assert start["status"] == "running" and start["end_time"] is None
+    assert start["git_commit"] is not None and len(start["git_commit"]) == 40
+    end = runinfo.finish_info(start, status="failed", exit_code=3, last_step=5, dropped_records=2, alert_count=1,
+                              error="ValueError: x")
+    assert (end["status"], end["exit_code"], end["last_step"], end["error"]) == ("failed", 3, 5, "ValueError: x")
+    assert end["end_time"] >= end["start_time"]
+    with pytest.raises(ValueError):
+        runinfo.finish_info(start, status="done", exit_code=0, last_step=1, dropped_records=0, alert_count=0,
+                            error=None)
+
+
+def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
+    assert runinfo.git_commit(tmp_path) is None
+
+
+def _request(**kwargs: object) -> SimpleNamespace:
+    base = {"worker_num": None, "local_worker_num": None, "node_rank": None, "master_addr": "127.0.0.1",
+            "master_port": 8118, "config": "c.yaml", "overrides": []}
+    return SimpleNamespace(**{**base, **kwargs})
+
+
+def _results(run_dir: Path, *rows: dict) -> None:
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        (run_dir / "logs" / f"rank_{row['rank']}.result.json").write_text(json.dumps(row))
+
+
+@pytest.mark.parametrize(
+    ("rows", "code", "expected"),
+    [
+        ([{"rank": 0, "status": "completed"}, {"rank": 1, "status": "completed"}], 0, ("completed", None)),
+        ([{"rank": 0, "status": "completed"}, {"rank": 1, "status": "failed", "error": "E: x"}], 1,
+         ("failed", "rank 1: E: x")),
+        ([{"rank": 0, "status": "stopped_by_monitor", "error": "nonfinite"}, {"rank": 1, "status": "interrupted"}],
+         0, ("stopped_by_monitor", "nonfinite")),
+        ([{"rank": 0, "status": "completed"}], 1, ("failed", None)),
+    ],
+)
+def test_rank_results_decide_the_run_status(tmp_path: Path, rows: list[dict], code: int, expected: tuple) -> None:
+    _results(tmp_path, *rows)
+    result = launcher.Launcher(_request(worker_num=2), tmp_path, "r")._result(code)
+    assert result.status == expected[0]
+    if expected[1] is not None:
+        assert result.error == expected[1]
+    else:
+        assert result.error is None or "without a result" in result.error
+
+
+def test_totals_add_up_over_ranks(tmp_path: Path) -> None:
+    _results(tmp_path, {"rank": 0, "last_step": 40, "dropped_records": 2, "alert_count": 1},
+             {"rank": 1, "last_step": 40, "dropped_records": 0, "alert_count": 0})
+    assert launcher.Launcher(_request(worker_num=2), tmp_path, "r").totals() == (40, 2, 1)
+
+
+def test_worker_commands() -> None:
+    assert launcher.worker_argv(_request(), Path("/r"))[-2:] == ["-m", "msmon.runner.worker"]
+    argv = launcher.worker_argv(_request(worker_num=8, local_worker_num=4, node_rank=1, master_addr="10.0.0.1"),
+                                Path("/r"))
+    assert "--worker_num=8" in argv and "--local_worker_num=4" in argv and "--node_rank=1" in argv
+    assert "--master_addr=10.0.0.1" in argv and "--log_dir=/r/logs/ranks" in argv
+    assert argv[-3:] == ["python", "-m", "msmon.runner.worker"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"worker_num": 0}, "at least 1"),
+        ({"worker_num": 2, "local_worker_num": 3}, "between 1 and"),
+        ({"worker_num": 4, "local_worker_num": 2}, "needs --node-rank"),
+        ({"local_worker_num": 2}, "needs --worker-num"),
+    ],
+)
+def test_flag_checks(kwargs: dict, message: str) -> None:
+    with pytest.raises(MsmonError, match=message) as info:
+        launcher.check_flags(_request(**kwargs))
+    assert info.value.exit_code == 2
+
+
+def test_node_ranks_above_zero_join_the_run_directory() -> None:
+    assert RunRequest(config="c", worker_num=8, local_worker_num=4, node_rank=1).run_json == "run.node1.json"
+    assert RunRequest(config="c", worker_num=8, local_worker_num=4, node_rank=0).run_json == "run.json"
+    assert RunRequest(config="c").run_json == "run.json"
