@@ -6,7 +6,8 @@ Every run is one real Trainer run (``--steps`` steps) in its own child process; 
 time between consecutive step ends, the first ``2 x --block`` steps (graph compile) left out.
 Two measurements, printed side by side:
   gated   in one process msmon's callback is switched on and off in alternating blocks of
-          ``--block`` steps (same process, same compiled graph): median(with) / median(without);
+          ``--block`` steps (same process, same compiled graph); each "on" block's median step
+          time over the "off" block before it; the median per run, then the median over the rounds;
   runs    separate processes, interleaved ``--rounds`` times: baseline (no msmon at all) and each
           scenario with msmon on for every step (writer threads, backends and all):
           median of the runs' median step times / the same for the baseline.
@@ -83,6 +84,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.cost_log: list[float] = []
             self.cost_plain: list[float] = []
             self.rss: list[float] = []
+            self.blocks: dict[int, list[float]] = {}
 
         def on_train_begin(self, run_context: Any) -> None:
             if inner is not None:
@@ -93,6 +95,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             step = run_context.original_args().cur_step_num
             if self.last is not None and step > 2 * block:  # skip the graph compile and warm-up
                 (self.on if self.was_on else self.off).append(now - self.last)
+                self.blocks.setdefault((step - 1) // block, []).append(now - self.last)
             self.was_on = inner is not None and (not gated or (step // block) % 2 == 1)
             if self.was_on:
                 started = time.perf_counter()
@@ -108,7 +111,11 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     train(training, [gate], workdir / "logs")
     train_s = time.monotonic() - started
     summary = session.close("completed") if session is not None else None
+    # each "on" block against the "off" block before it: slow drifts of a shared machine cancel out
+    pairs = [statistics.median(gate.blocks[b]) / statistics.median(gate.blocks[b - 1])
+             for b in gate.blocks if b % 2 == 1 and b - 1 in gate.blocks and len(gate.blocks[b]) > 2]
     return {
+        "pair_ratio": statistics.median(pairs) if pairs else None,
         "scenario": scenario, "gated": gated,
         "on_ms": statistics.median(gate.on) * 1e3 if gate.on else None,
         "off_ms": statistics.median(gate.off) * 1e3 if gate.off else None,
@@ -141,7 +148,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--block", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", default=None)
     parser.add_argument("--gated", action="store_true")
     parser.add_argument("--workdir", default=None)
@@ -152,15 +159,16 @@ def main() -> int:
         result = child(args.child, args.steps, args.block, Path(args.workdir), args.mlflow, args.gated)
         print("RESULT " + json.dumps(result))
         return 0
-    gated: dict[str, dict[str, Any]] = {}
+    gated: dict[str, list[dict[str, Any]]] = {name: [] for name in args.only}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ["none", *args.only]}
     with tempfile.TemporaryDirectory(prefix="msmon_bench_") as tmp:
         server = start_mlflow(Path(tmp) / "mlflow") if "all" in args.only else None
         url = server.url if server is not None else None
         try:
-            for scenario in args.only:
-                gated[scenario] = run_child(args, scenario, True, Path(tmp) / f"gated_{scenario}", url)
             for round_ in range(args.rounds):
+                for scenario in args.only:
+                    workdir = Path(tmp) / f"gated_{scenario}_{round_}"
+                    gated[scenario].append(run_child(args, scenario, True, workdir, url))
                 for scenario in runs:
                     runs[scenario].append(run_child(args, scenario, False, Path(tmp) / f"{scenario}_{round_}", url))
         finally:
@@ -172,13 +180,16 @@ def main() -> int:
     print(f"{'scenario':9} {'gated':>6} {'runs':>6} {'target':>6}  {'non-log us':>10} {'log us':>8}  "
           f"{'RSS MB':>11}  dropped  written")
     for scenario in args.only:
-        g = gated[scenario]
-        gated_ratio = g["on_ms"] / g["off_ms"]
+        gated_ratio = statistics.median(g["pair_ratio"] for g in gated[scenario])
+        g = gated[scenario][0]
         run_ratio = statistics.median(r["on_ms"] for r in runs[scenario]) / base
         target = SCENARIOS[scenario]["target"]
-        rss = f"{g['rss_mb'][0]:.0f}->{g['rss_mb'][-1]:.0f}"
+        rss_values = [value for x in gated[scenario] for value in x["rss_mb"]]
+        rss = f"{min(rss_values):.0f}->{max(rss_values):.0f}"
         verdict = "ok" if max(gated_ratio, run_ratio) <= target else "MISSED"
-        costs = f"{g['cost_plain_us'] or 0:10.1f} {g['cost_log_us'] or 0:8.1f}"
+        plain = [x["cost_plain_us"] for x in gated[scenario] if x["cost_plain_us"] is not None]
+        logged = statistics.median(x["cost_log_us"] or 0 for x in gated[scenario])
+        costs = f"{statistics.median(plain) if plain else float('nan'):10.1f} {logged:8.1f}"
         print(f"{scenario:9} {gated_ratio:6.3f} {run_ratio:6.3f} {'<=' + str(target):>6}  {costs}  {rss:>11}  "
               f"{g['dropped']:7d}  {g['written']}  {verdict}")
     return 0

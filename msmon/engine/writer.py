@@ -106,6 +106,8 @@ class BackendRunner:
         self._warned = False
         self._consecutive = 0
         self._retry_at = 0.0
+        self._next_write = 0.0
+        self._write_interval = backend.write_interval_s
         self._closing: str | None = None
         self._suspend: str | None = None
         self._dirty = False
@@ -150,7 +152,8 @@ class BackendRunner:
             if self._suspend is not None and self.active:
                 self._stop_writing("suspended", self._suspend)
             closing = self._closing is not None
-            if self.active and (closing or time.monotonic() >= self._retry_at):
+            now = time.monotonic()
+            if self.active and (closing or (now >= self._retry_at and now >= self._next_write)):
                 self._cycle(final=closing)
             if closing:
                 break
@@ -183,6 +186,7 @@ class BackendRunner:
     def _write(self, chunk: list[Any], rest: list[Any]) -> bool:
         """Write the records of ``chunk``; on failure keep what can be retried and count the rest lost."""
         batch = [payload for _, payload in chunk]
+        self._next_write = time.monotonic() + self._write_interval
         if self._call("write", batch):
             self.stats.written += len(batch)
             self._dirty = True

@@ -28,6 +28,11 @@ class Backend:
         """How often the writer calls ``flush`` while records keep coming."""
         return 1.0
 
+    @property
+    def write_interval_s(self) -> float:
+        """The least time between two ``write`` calls (records wait and go out together)."""
+        return 0.0
+
     def prepare(self) -> None:
         """Import heavy packages; called on the thread that starts the session (imports racing across
         threads break mindspore's package initialisation)."""
