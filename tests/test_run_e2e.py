@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -37,15 +40,33 @@ def _get(url: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One real `msmon run` of the quickstart (reduced steps) with the board beside it."""
+def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One real `msmon run` of the quickstart (reduced steps) with the board beside it, kept afterwards."""
     root = tmp_path_factory.mktemp("e2e")
     config = write_quickstart_config(root, steps=STEPS, run_name="e2e_run", verbose=True)
     env = {"MSMON_HOME": str(root / "home"), "MSMON_CACHE_DIR": str(root / "cache")}
-    started = time.monotonic()
-    result = run_msmon("run", str(config), "--board", "--port", "0", cwd=root, env=env, timeout=600)
-    return {"root": root, "config": config, "result": result, "seconds": time.monotonic() - started,
-            "run_dir": root / "monitor_logs" / "quickstart" / "e2e_run", "env": env}
+    try:
+        result = run_msmon("run", str(config), "--board", "--port", "0", "--keep-board", cwd=root, env=env,
+                           timeout=600)
+        yield {"root": root, "config": config, "result": result,
+               "run_dir": root / "monitor_logs" / "quickstart" / "e2e_run", "env": env}
+    finally:
+        _stop_kept_boards(root / "home")
+
+
+def _stop_kept_boards(home: Path) -> None:
+    from msmon.ops import board
+
+    previous = os.environ.get("MSMON_HOME")
+    os.environ["MSMON_HOME"] = str(home)
+    try:
+        for record, _state in board.board_status():
+            board.stop_record(record)
+    finally:
+        if previous is None:
+            os.environ.pop("MSMON_HOME", None)
+        else:
+            os.environ["MSMON_HOME"] = previous
 
 
 @pytest.mark.training
@@ -99,37 +120,32 @@ def test_snapshot_is_the_config_as_written_and_nothing_leaks_into_the_cwd(quicks
 
 @pytest.mark.training
 @pytest.mark.board
-def test_board_started_beside_training_and_stopped_after(quickstart_run: dict) -> None:
-    stderr = quickstart_run["result"].stderr
-    assert re.search(r"board: http://127\.0\.0\.1:\d+", stderr), stderr[-2000:]
-    assert _no_leftovers(str(quickstart_run["root"] / "monitor_logs")) == []
-    assert _no_leftovers("msmon.runner.worker") == []
+def test_no_training_process_is_left_and_the_kept_board_is_recorded(quickstart_run: dict) -> None:
+    assert _no_leftovers(str(quickstart_run["run_dir"])) == []
+    assert "board kept running: http://127.0.0.1:" in quickstart_run["result"].stderr
+    boards = json.loads((quickstart_run["root"] / "home" / "boards.json").read_text())
+    assert boards, "the kept board is not in $MSMON_HOME/boards.json"
 
 
 @pytest.mark.training
 @pytest.mark.board
-def test_mindinsight_serves_the_same_loss_values(quickstart_run: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from msmon.ops.board import start_board
-
-    monkeypatch.setenv("MSMON_HOME", quickstart_run["env"]["MSMON_HOME"])
+def test_the_board_of_the_run_serves_the_same_loss_values_as_metrics_jsonl(quickstart_run: dict) -> None:
+    match = re.search(r"board: (http://127\.0\.0\.1:\d+/?)", quickstart_run["result"].stderr)
+    assert match, quickstart_run["result"].stderr[-2000:]
     rows = [json.loads(line) for line in (quickstart_run["run_dir"] / "metrics.jsonl").read_text().splitlines()]
     expected = {row["step"]: row["loss"] for row in rows}
-    board = start_board(quickstart_run["root"] / "monitor_logs", port=0, backend="mindinsight")
-    base = board.url.rstrip("/") + "/v1/mindinsight/datavisual"
+    base = match.group(1).rstrip("/") + "/v1/mindinsight/datavisual"
     served: dict[int, float] = {}
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and len(served) < len(expected):
-            try:
-                jobs = _get(f"{base}/train-jobs")["train_jobs"]
-                train_id = next(job["train_id"] for job in jobs if job["train_id"].endswith("/e2e_run"))
-                query = urllib.parse.urlencode({"train_id": train_id, "tag": "loss/scalar"})
-                data = _get(f"{base}/scalar/metadata?{query}")
-                served = {int(m["step"]): float(m["value"]) for m in data.get("metadatas", [])}
-            except (OSError, ValueError, KeyError, StopIteration):
-                time.sleep(1)
-    finally:
-        board.stop()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(served) < len(expected):
+        try:
+            jobs = _get(f"{base}/train-jobs")["train_jobs"]
+            train_id = next(job["train_id"] for job in jobs if job["train_id"].endswith("e2e_run"))
+            query = urllib.parse.urlencode({"train_id": train_id, "tag": "loss/scalar"})
+            data = _get(f"{base}/scalar/metadata?{query}")
+            served = {int(m["step"]): float(m["value"]) for m in data.get("metadatas", [])}
+        except (OSError, ValueError, KeyError, StopIteration):
+            time.sleep(1)
     assert sorted(served) == sorted(expected)
     for step, value in expected.items():
         assert served[step] == pytest.approx(value, rel=1e-6)

@@ -44,7 +44,7 @@ def _lines(path: Path) -> list[dict]:
 def test_sigint_mid_run_flushes_marks_interrupted_and_leaves_no_process(tmp_path: Path) -> None:
     config = write_quickstart_config(tmp_path, steps=400, run_name="sig", log_interval=5)
     run_dir = tmp_path / "monitor_logs" / "quickstart" / "sig"
-    proc = _start(tmp_path, str(config))
+    proc = _start(tmp_path, str(config), "--board", "--port", "0")
     seen: dict[int, psutil.Process] = {}
     try:
         deadline = time.monotonic() + 300
@@ -65,8 +65,54 @@ def test_sigint_mid_run_flushes_marks_interrupted_and_leaves_no_process(tmp_path
     assert 2 <= len(rows) and rows[-1]["step"] < 400
     assert info["last_step"] >= rows[-1]["step"]  # every logged step up to the stop is on disk
     assert "SIGINT received" in stderr
+    assert "board: http://127.0.0.1:" in stderr  # the board was up, and is stopped with the run
     assert seen, "the training child was never seen"
-    assert [p.pid for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert [p.pid for p in seen.values() if _alive(p)] == []
+    assert _board_processes(tmp_path) == []
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _board_processes(root: Path) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if ("mindinsight" in line or "gunicorn" in line) and str(root) in line and _alive(proc):
+            found.append(line)
+    return found
+
+
+@pytest.mark.training
+def test_a_second_sigint_forces_the_exit_after_flushing(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=400, run_name="twice", log_interval=5)
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "twice"
+    proc = _start(tmp_path, str(config))
+    seen: dict[int, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 300
+        while len(_lines(run_dir / "metrics.jsonl")) < 1 and time.monotonic() < deadline and proc.poll() is None:
+            seen.update({p.pid: p for p in _descendants(proc.pid)})
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["error"] == "forced by a second SIGINT"
+    assert len(_lines(run_dir / "metrics.jsonl")) >= 1
+    assert [p.pid for p in seen.values() if _alive(p)] == []
 
 
 @pytest.mark.training
