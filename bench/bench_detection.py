@@ -7,8 +7,11 @@ recorded by bench/record_traces.py), the same traces with ordinary +15% loss bum
 records lost (all must stay quiet),
 the real dead run (lr 1e4), and every clean trace with one injected fault: NaN, Inf, a loss spike,
 1%/step grad-norm growth (loss untouched), flat lines, zero grad, LR faults, a throughput drop and a
-time gap. Each runs at log_interval 1 and 10. Prints recall, false alarms and detection delay in
-steps, then the live stall watchdog's delay against timeout + 2 s.
+time gap. Each runs at log_interval 1 and 10. Grad-norm growth is injected twice: as a level that
+climbs 1%/step (the run's own trend replaced, its noise kept: the target) and as x1.01^step on top
+of the run's own trend, which in several traces falls by about as much. Prints recall, false
+alarms and detection delay in steps, the article's night (growth from step 300, loss blow-up at
+800) on the 1000-step trace, then the live stall watchdog's delay against timeout + 2 s.
 """
 
 from __future__ import annotations
@@ -79,7 +82,27 @@ def spike(factor: float) -> Inject:
 
 
 def growth(records: list[Record]) -> list[Record]:
+    """grad_norm x 1.01^(step - START): 1%/step on top of the run's own trend (which may fall)."""
     return each(records, lambda r: r.update(grad_norm=float(r["grad_norm"]) * 1.01 ** (int(r["step"]) - START)))
+
+
+def level(records: list[Record], half: int = 25) -> dict[int, float]:
+    """The run's own grad_norm level per step: the median over +-``half`` steps."""
+    norms = [(int(r["step"]), float(r["grad_norm"])) for r in records]
+    return {s: statistics.median(g for t, g in norms if abs(t - s) <= half) for s, _ in norms}
+
+
+def detrended(start: int = START) -> Inject:
+    """The observed grad_norm level grows exactly 1%/step from ``start`` (the run's own trend removed,
+    its noise kept)."""
+
+    def inject(records: list[Record]) -> list[Record]:
+        own = level(records)
+        base = own[min(own, key=lambda s: abs(s - start))]
+        return each(records, lambda r: r.update(grad_norm=float(r["grad_norm"]) * base / own[int(r["step"])]
+                                                * 1.01 ** (int(r["step"]) - start)), start)
+
+    return inject
 
 
 def flat(records: list[Record]) -> list[Record]:
@@ -102,7 +125,8 @@ FAULTS: dict[str, tuple[str, Inject]] = {
     "nan loss": ("nonfinite", lambda rs: once(rs, lambda r: r.update(loss=math.nan))),
     "inf grad_norm": ("nonfinite", lambda rs: once(rs, lambda r: r.update(grad_norm=math.inf))),
     "loss spike x4 (30 steps)": ("loss_spike", spike(4)),
-    "grad_norm +1%/step": ("grad_explosion", growth),
+    "grad_norm level +1%/step": ("grad_explosion", detrended()),
+    "grad_norm x1.01^step": ("grad_explosion", growth),
     "flat loss": ("dead_series", flat),
     "zero grad_norm": ("dead_series", lambda rs: each(rs, lambda r: r.update(grad_norm=0.0))),
     "negative lr": ("learning_rate", lambda rs: once(rs, lambda r: r.update(learning_rate=-1e-3))),
@@ -143,6 +167,12 @@ class Tally:
 
 def subsample(records: list[Record], interval: int) -> list[Record]:
     return [r for r in records if int(r["step"]) % interval == 0]
+
+
+def article(records: list[Record]) -> list[Record]:
+    """The seed article's night: the grad norm level climbs 1%/step from step 300 while the loss
+    still falls, then the loss blows up (x4) from step 800."""
+    return [{**r, "loss": float(r["loss"]) * 4} if int(r["step"]) >= 800 else r for r in detrended(300)(records)]
 
 
 def stall_delay() -> tuple[float, float]:
@@ -228,7 +258,7 @@ def main() -> int:
             print(tally.row(fault, expected) + ("  (not a target: within the loss noise)" if fault in HARD else ""))
             if fault not in HARD and (tally.found < tally.cases or tally.early):
                 misses.append(f"{fault} found {tally.found}/{tally.cases} at log_interval {interval}")
-            if expected == "grad_explosion" and tally.delays and max(tally.delays) > 100:
+            if fault == "grad_norm level +1%/step" and tally.delays and max(tally.delays) > 100:
                 misses.append(f"grad growth found after {max(tally.delays)} steps at log_interval {interval}")
         for records in dead.values():
             rs = subsample(records, interval)
@@ -240,6 +270,17 @@ def main() -> int:
             logs = sum(1 for r in rs if first and int(r["step"]) <= first.step)
             print(f"{'real dead run (lr 1e4)':<26}{'dead_series':<16}{int(found):>3}/1   "
                   f"at step {first.step if first else '-'} = log {logs}")
+    long = next((rs for name, rs in clean.items() if "long" in name), None)
+    if long is not None:
+        print("\nthe article's night on the 1000-step trace (grad growth from step 300, loss blow-up at 800):")
+        for interval in (1, 10):
+            alerts = run(subsample(article(long), interval), quickstart_config(long))
+            grad = next((a.step for a in alerts if a.detector == "grad_explosion"), None)
+            spike = next((a.step for a in alerts if a.detector == "loss_spike"), None)
+            lead = f"{spike - grad} steps before the loss spike alert" if grad and spike else "-"
+            print(f"  log_interval {interval:>2}: grad_explosion at step {grad}, loss_spike at step {spike}: {lead}")
+            if grad is None or grad >= 800:
+                misses.append(f"the article's growth not caught before the loss blew up at log_interval {interval}")
     delay, timeout = stall_delay()
     within = delay <= timeout + 2.0
     if not within:
