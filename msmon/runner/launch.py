@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon.config.loader import LoadedConfig, load_config
+from msmon.config.schema import MonitorSettings
 from msmon.config.split import split_monitor_config
 from msmon.errors import ExitCode
 from msmon.runner import launcher, rundir, runinfo
@@ -68,7 +69,7 @@ class RunPlan:
     cwd: Path
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> MonitorSettings:
         return self.result.settings
 
     @property
@@ -111,7 +112,7 @@ class RunPlan:
         """The dry-run plan, one line per item."""
         s = self.settings
         board = self.board_command()
-        lines = [
+        return [
             f"config:        {self.request.config}",
             f"run directory: {self.run_dir}" + ("  (resume)" if self.request.resume else ""),
             f"monitoring:    {'on' if s.enable_monitor else 'off'}"
@@ -124,7 +125,6 @@ class RunPlan:
             f"launcher:      {' '.join(self.launcher_command())}",
             f"mindformers outputs: {self.run_dir / rundir.LOGS / 'output'}",
         ]
-        return lines
 
 
 @dataclass
@@ -142,9 +142,9 @@ def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfi
     training, _ = split_monitor_config(result.training)
     if request.worker_num:
         launcher.check_config(training, request)
-    plan = RunPlan(request, loaded, result, training, Path(), cwd)
-    plan.run_dir = plan.save_dir() / result.settings.project_name / result.settings.run_name
-    return plan
+    save_dir = Path(result.settings.save_dir).expanduser()
+    run_dir = (save_dir if save_dir.is_absolute() else cwd / save_dir) / result.settings.project_name
+    return RunPlan(request, loaded, result, training, run_dir / result.settings.run_name, cwd)
 
 
 def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationResult, RunPlan | None]:
@@ -216,6 +216,7 @@ class Run:
         self._log_level = logging.NOTSET
         self._finished = threading.Lock()
         self._done = False
+        self._finishing = False
         self._previous: dict[int, Any] = {}
 
     # -- setup ----------------------------------------------------------------------------------
@@ -279,6 +280,9 @@ class Run:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.signal_count += 1
         name = signal.Signals(signum).name
+        if self._finishing:
+            logger.warning("msmon: %s received while the run is being finished: finishing first", name)
+            return
         if self.signal_count == 1:
             self.signal_received = signum
             logger.warning("msmon: %s received: stopping at the end of the current step (again to force)", name)
@@ -297,10 +301,12 @@ class Run:
         self.install_signals()
         try:
             result = self.launcher.run()
+            status = result.status
+            if self.signal_received is not None and status not in ("failed", "completed"):
+                status = "interrupted"
+            return self.finish(status, error=result.error if status != "interrupted" else None)
         finally:
             self.restore_signals()
-        status = "interrupted" if self.signal_received is not None and result.status != "failed" else result.status
-        return self.finish(status, error=result.error if status != "interrupted" else None)
 
     # -- the end --------------------------------------------------------------------------------
     def exit_code(self, status: str) -> int:
@@ -310,6 +316,7 @@ class Run:
 
     def finish(self, status: str, error: str | None = None) -> RunOutcome:
         """Stop the board, write the final run.json (once)."""
+        self._finishing = True  # from here on a signal waits for the end instead of re-entering
         with self._finished:
             code = self.exit_code(status)
             if self._done:
