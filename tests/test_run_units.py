@@ -163,3 +163,27 @@ def test_node_ranks_above_zero_join_the_run_directory() -> None:
     assert RunRequest(config="c", worker_num=8, local_worker_num=4, node_rank=1).run_json == "run.node1.json"
     assert RunRequest(config="c", worker_num=8, local_worker_num=4, node_rank=0).run_json == "run.json"
     assert RunRequest(config="c").run_json == "run.json"
+
+
+def test_resume_reuses_the_run_directory_and_keeps_the_previous_run_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = write_quickstart_config(tmp_path, steps=10, run_name="again")
+    _, plan = prepare(RunRequest(config=str(config)))
+    first = Run(plan, say=lambda line: None)
+    first.create()
+    first.finish("failed", error="E: boom")
+    (plan.run_dir / "metrics.jsonl").write_text('{"step": 10}\n')
+    refused, none = prepare(RunRequest(config=str(config)))
+    assert none is None and any(f.code == "MS103" for f in refused.findings)
+    with pytest.raises(MsmonError, match="already exists"):  # the atomic mkdir, should validation race
+        Run(plan, say=lambda line: None).create()
+    result, resumed = prepare(RunRequest(config=str(config), resume=True))
+    assert resumed is not None, [f.message for f in result.findings]
+    second = Run(resumed, say=lambda line: None)
+    second.create()
+    second.finish("completed")
+    assert json.loads((plan.run_dir / "run.previous-1.json").read_text())["error"] == "E: boom"
+    assert runinfo.read_run_info(plan.run_dir)["status"] == "completed"
+    assert (plan.run_dir / "metrics.jsonl").read_text() == '{"step": 10}\n'

@@ -30,12 +30,15 @@ logger = logging.getLogger("msmon")
 
 
 class Worker:
+    """One training process: session, health, live view, the Trainer, and its result file."""
+
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
-        self.rank = int(os.environ.get("RANK_ID", "0"))
+        self.world_size = int(spec["worker_num"])
+        # msrun exports RANK_ID; a single process is rank 0 whatever the environment says
+        self.rank = int(os.environ.get("RANK_ID", "0")) if self.world_size > 1 else 0
         # msrun's scheduler runs the same command; MindSpore serves the cluster inside init(): no monitoring there
         self.scheduler = os.environ.get("MS_ROLE") == "MS_SCHED"
-        self.world_size = int(spec["worker_num"])
         self.run_dir = Path(spec["run_dir"])
         self.session: Any = None
         self.health: Any = None
@@ -177,7 +180,7 @@ def reap_children(grace_s: float) -> None:
 def main() -> int:
     spec = os.environ.get(SPEC_ENV)
     if not spec:
-        print(f"msmon worker: {SPEC_ENV} is not set (this module is started by `msmon run --worker-num`)",
+        print(f"msmon worker: {SPEC_ENV} is not set (this module is started by `msmon run`)",
               file=sys.stderr)
         return 2
     code = Worker(json.loads(spec)).run()
