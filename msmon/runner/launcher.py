@@ -158,8 +158,7 @@ class Launcher:
         return self._result(self.process.returncode)
 
     def _wait(self) -> None:
-        assert self.process is not None
-        while self.process.poll() is None:
+        while self.process is not None and self.process.poll() is None:
             self._remember_children()
             if self.request.worker_num and self.stop_requested_at is None and self._monitor_stopped():
                 logger.warning("msmon: a rank was stopped by the monitor: stopping the other ranks")
