@@ -303,3 +303,9 @@ def test_debug_env_shows_traceback(tmp_path: Path) -> None:
     result = run_msmon("validate", str(tmp_path / "missing.yaml"), cwd=tmp_path, env={"MSMON_DEBUG": "1"})
     assert result.code == 1
     assert "Traceback" in result.stderr
+
+
+def test_split_keeps_a_mindformers_monitor_section() -> None:
+    training, ours = split_monitor_config({"seed": 1, "monitor_config": {"log_interval": 3}})
+    assert training == {"seed": 1, "monitor_config": {"monitor_on": False}}
+    assert ours == {"log_interval": 3}

@@ -25,11 +25,11 @@ def split_monitor_section(section: Mapping[str, Any] | None) -> tuple[dict[str, 
 def split_monitor_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(a copy of ``config`` fit for mindformers, msmon's part of ``monitor_config``).
 
-    The mindformers copy keeps only mindformers' monitor keys; the section is dropped when none remain.
+    The mindformers copy keeps only mindformers' monitor keys, and at least ``monitor_on: False``
+    (its default): mindformers 1.9 reads ``config.monitor_config.*`` unconditionally.
     """
     training = copy.deepcopy(dict(config))
     section = training.pop("monitor_config", None)
     ours, theirs = split_monitor_section(section if isinstance(section, Mapping) else None)
-    if theirs:
-        training["monitor_config"] = theirs
+    training["monitor_config"] = theirs or {"monitor_on": False}
     return training, ours

@@ -20,8 +20,6 @@ def prepare_output(training_config: dict[str, Any], log_dir: Path) -> dict[str, 
     os.environ["LOCAL_DEFAULT_PATH"] = str(output)
     config = dict(training_config)
     config["output_dir"] = str(output)
-    # mindformers 1.9 reads monitor_config.* unconditionally: keep the section when msmon's split emptied it.
-    config.setdefault("monitor_config", {"monitor_on": False})
     return config
 
 
