@@ -64,5 +64,5 @@ def test_write_quickstart_config_keeps_outputs_inside(tmp_path: Path, monkeypatc
     assert monitor["log_interval"] == 5 and monitor["run_name"] == "test_run"
     assert training["train_dataset"]["data_loader"]["num_samples"] == 60
     assert training["train_dataset"]["data_loader"]["dataset_dir"] == quickstart.dataset_path("quickstart")
-    assert training["seed"] == 3 and "monitor_config" not in training
+    assert training["seed"] == 3 and training["monitor_config"] == {"monitor_on": False}
     assert training["runner_wrapper"]["type"] == "MsmonCPUTrainOneStepCell"
