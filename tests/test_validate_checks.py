@@ -309,3 +309,12 @@ def test_split_keeps_a_mindformers_monitor_section() -> None:
     training, ours = split_monitor_config({"seed": 1, "monitor_config": {"log_interval": 3}})
     assert training == {"seed": 1, "monitor_config": {"monitor_on": False}}
     assert ours == {"log_interval": 3}
+
+
+def test_auto_register_module_not_found_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REGISTER_PATH", raising=False)
+    cfg = base_config()
+    cfg["model"]["model_config"]["auto_register"] = "nowhere_module.Thing"
+    finding = next(f for f in validate_config(cfg).findings if f.code == "MS702")
+    assert finding.severity.value == "warning" and "REGISTER_PATH" in finding.hint
