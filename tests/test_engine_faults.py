@@ -74,8 +74,8 @@ def test_save_dir_made_read_only_mid_run(tmp_path):
     assert len(warnings_about(proc.stderr, "msmon: backend 'file'")) == 1
     assert len(warnings_about(proc.stderr, "heartbeat.json")) <= 1
     written = jsonl(tmp_path)
-    assert written == seen[: len(written)] and 12 <= len(written) < 30
-    assert summary["backends"]["file"]["status"] == "disabled"
+    assert written == seen[: len(written)] and 0 < len(written) < 30  # intact up to the step it became read-only
+    assert summary["backends"]["file"]["status"] in ("failing", "disabled") and summary["backends"]["file"]["lost"] > 0
     assert summary["backends"]["memory"]["written"] == 30 and summary["backends"]["memory"]["lost"] == 0
 
 

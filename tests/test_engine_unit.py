@@ -182,15 +182,15 @@ def test_network_backend_is_retried_and_loses_nothing(tmp_path, caplog):
 
 
 def test_blocking_backend_neither_blocks_training_nor_other_backends(tmp_path):
-    BlockingBackend.delay, BlockingBackend.writes = 1.0, 0
-    s = settings(tmp_path, monitor_type=["blocking", "file"])
     from dataclasses import replace
 
-    s = replace(s, writer=replace(s.writer, queue_size=20))
+    BlockingBackend.delay, BlockingBackend.writes = 1.0, 0
+    s = settings(tmp_path, monitor_type=["blocking", "file"])
+    s = replace(s, writer=replace(s.writer, queue_size=100))
     session = MonitorSession(s, s.run_dir()).start()
     slowest = 0.0
     sent = []
-    for step in range(1, 201):
+    for step in range(1, 401):
         started = time.perf_counter()
         sent += _run_records(session, range(step, step + 1))
         slowest = max(slowest, time.perf_counter() - started)
@@ -200,8 +200,8 @@ def test_blocking_backend_neither_blocks_training_nor_other_backends(tmp_path):
     assert slowest < 0.05  # put() never waits for a backend
     assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
     blocked = summary.backends["blocking"]
-    assert blocked["dropped"] > 0 and blocked["written"] + blocked["dropped"] == 200
-    assert len(BlockingBackend.store[str(s.run_dir())]) == blocked["written"] <= 20 * BlockingBackend.writes
+    assert blocked["dropped"] > 0 and blocked["written"] + blocked["dropped"] == 400
+    assert len(BlockingBackend.store[str(s.run_dir())]) == blocked["written"] <= 100 * BlockingBackend.writes
     assert summary.dropped_records == blocked["dropped"]
 
 

@@ -22,6 +22,7 @@ logger = logging.getLogger("msmon")
 MAX_FAILURES = 3  # consecutive failures before a local backend is disabled
 MAX_BACKOFF_S = 30.0
 LISTENER_MAX_FAILURES = 10
+POLL_S = 0.2  # the dispatcher polls the callback's queue this often
 
 
 def describe(exc: BaseException) -> str:
@@ -33,8 +34,9 @@ def describe(exc: BaseException) -> str:
 class DropQueue:
     """A bounded FIFO that drops its oldest item when full and counts the drops."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, notify: bool = True) -> None:
         self.maxsize = max(1, maxsize)
+        self.notify = notify  # False: the consumer polls, ``put`` never wakes a thread
         self.dropped = 0
         self._items: deque[Any] = deque()
         self._lock = threading.Lock()
@@ -46,7 +48,19 @@ class DropQueue:
                 self._items.popleft()
                 self.dropped += 1
             self._items.append(item)
-        self._ready.set()
+        if self.notify:
+            self._ready.set()
+
+    def put_many(self, items: list[Any]) -> None:
+        """Append several items under one lock and one wake-up."""
+        with self._lock:
+            for item in items:
+                if len(self._items) >= self.maxsize:
+                    self._items.popleft()
+                    self.dropped += 1
+                self._items.append(item)
+        if self.notify:
+            self._ready.set()
 
     def put_front(self, items: list[Any]) -> None:
         """Put items back at the head (a failed batch to retry), keeping the bound."""
@@ -86,7 +100,7 @@ class BackendStats:
     """What happened to one backend during the run."""
 
     name: str
-    status: str = "pending"  # pending, ok, retrying, disabled, suspended, failed_to_close
+    status: str = "pending"  # pending, ok, failing, retrying (network), disabled, suspended, failed_to_close
     written: int = 0
     dropped: int = 0  # records pushed out of its full queue
     lost: int = 0  # records given up after a failure, on disable or on suspension
@@ -126,6 +140,10 @@ class BackendRunner:
         """Queue ("record", record) or ("alert", alert); ignored once the backend is off."""
         if self.active:
             self._queue.put(item)
+
+    def put_many(self, items: list[tuple[str, dict[str, Any]]]) -> None:
+        if self.active and items:
+            self._queue.put_many(items)
 
     def suspend(self, reason: str) -> None:
         """Stop writing (disk guard): what was written is flushed and closed, later records ignored."""
@@ -207,7 +225,7 @@ class BackendRunner:
         except Exception as exc:  # isolation is the point
             self._failed(method, exc)
             return False
-        if self._consecutive and self.stats.status == "retrying":
+        if self._consecutive and self.stats.status in ("retrying", "failing"):
             logger.info("msmon: backend '%s' works again", self.backend.name)
             self.stats.status = "ok"
         self._consecutive = 0
@@ -240,6 +258,7 @@ class BackendRunner:
         elif self._consecutive >= MAX_FAILURES:
             self._stop_writing("disabled", reason)
         else:
+            self.stats.status = "failing"
             self._retry_at = time.monotonic() + 0.5 * self._consecutive
 
     def _stop_writing(self, status: str, reason: str) -> None:
@@ -266,7 +285,7 @@ class Writer:
     ) -> None:
         self.runners = list(runners)
         self.listeners: list[Any] = list(listeners)
-        self.queue = DropQueue(queue_size)
+        self.queue = DropQueue(queue_size, notify=False)  # polled: ``put`` on the training thread wakes nobody
         self.records_seen = 0
         self.last_record: dict[str, Any] | None = None
         self._tick = tick
@@ -311,10 +330,15 @@ class Writer:
 
     def _run(self) -> None:
         while True:
-            self.queue.wait(0.25)
+            self.queue.wait(POLL_S)
             closing = self._closing
-            for record in self.queue.drain():
-                self._dispatch(record)
+            records = self.queue.drain()
+            if records:
+                items = [("record", record) for record in records]
+                for runner in self.runners:
+                    runner.put_many(items)
+                for record in records:
+                    self._dispatch(record)
             self._safe_tick()
             if closing:
                 return
@@ -322,8 +346,6 @@ class Writer:
     def _dispatch(self, record: dict[str, Any]) -> None:
         self.records_seen += 1
         self.last_record = record
-        for runner in self.runners:
-            runner.put(("record", record))
         if self._on_record is not None:
             try:
                 self._on_record(record)
