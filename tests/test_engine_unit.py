@@ -348,3 +348,76 @@ def test_sinking_several_steps_per_call_still_logs_each_interval(tmp_path: Path)
         observer.step_end(Params(cur_step_num=step, net_outputs=1.0))
     assert [r["step"] for r in records] == [14, 21, 35, 42]
     assert all(1.5 < r["step_time_ms"] < 30 for r in records)  # >= 14 ms per call / 7 steps
+
+
+class CountingTensor:
+    """A device value whose reads are counted (on Ascend every read is a host-device sync)."""
+
+    reads = 0
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def asnumpy(self) -> Any:
+        import numpy as np
+
+        CountingTensor.reads += 1
+        return np.float32(self.value)
+
+
+def _outputs(loss: float, norm: float) -> tuple[Any, ...]:
+    return (CountingTensor(loss), CountingTensor(0.0), CountingTensor(1024.0), CountingTensor(0.01),
+            CountingTensor(norm))
+
+
+def test_interval_statistics_read_only_at_logging_steps(tmp_path: Path):
+    records: list[dict[str, Any]] = []
+    observer = _observer(settings(tmp_path, log_interval=5, track_metrics=["loss", "grad_norm"]), records)
+    norms = {s: float(s % 7 + 1) for s in range(1, 21)}
+    norms[7], norms[13], norms[14] = math.nan, math.inf, math.nan  # one NaN; then Inf and NaN in one interval
+    CountingTensor.reads = 0
+    for step in range(1, 21):
+        before = CountingTensor.reads
+        observer.step_end(Params(cur_step_num=step, net_outputs=_outputs(10.0 - step / 4, norms[step])))
+        if step % 5:
+            assert CountingTensor.reads == before, f"a device read on non-logging step {step}"
+    assert CountingTensor.reads == 4 * 2 * 5  # each logging step reads 5 losses and 5 norms, once each
+    assert [r["step"] for r in records] == [5, 10, 15, 20]
+    for record in records:
+        steps = range(record["step"] - 4, record["step"] + 1)
+        finite = [norms[s] for s in steps if math.isfinite(norms[s])]
+        assert record["grad_norm"] == norms[record["step"]] and record["loss"] == 10.0 - record["step"] / 4
+        assert record["grad_norm_mean"] == pytest.approx(sum(finite) / len(finite))
+        assert record["loss_mean"] == pytest.approx(sum(10.0 - s / 4 for s in steps) / 5)
+    assert records[0]["grad_norm_max"] == max(norms[s] for s in range(1, 6))
+    assert math.isnan(records[1]["grad_norm_max"]) and math.isnan(records[2]["grad_norm_max"])  # NaN beats Inf
+    assert records[3]["grad_norm_max"] == max(norms[s] for s in range(16, 21))  # the slots were emptied
+
+
+def test_interval_statistics_only_for_tracked_metrics_and_intervals_above_one(tmp_path: Path):
+    records: list[dict[str, Any]] = []
+    observer = _observer(settings(tmp_path, log_interval=4, track_metrics=["loss"]), records)
+    for step in range(1, 9):
+        observer.step_end(Params(cur_step_num=step, net_outputs=_outputs(float(step), 1.0)))
+    assert [r["loss_mean"] for r in records] == [2.5, 6.5] and "grad_norm_mean" not in records[0]
+    each: list[dict[str, Any]] = []
+    observer = _observer(settings(tmp_path, log_interval=1, track_metrics=["loss", "grad_norm"]), each)
+    observer.step_end(Params(cur_step_num=1, net_outputs=_outputs(1.0, 2.0)))
+    assert set(each[0]) == {"step", "time", "rank", "loss", "grad_norm"}
+
+
+def test_interval_statistics_when_sinking_several_steps_per_call(tmp_path: Path):
+    records: list[dict[str, Any]] = []
+    observer = _observer(settings(tmp_path, log_interval=10, track_metrics=["grad_norm"]), records)
+    for step in range(4, 41, 4):  # dataset sink: a call every 4 steps carries the last step's outputs
+        observer.step_end(Params(cur_step_num=step, net_outputs=_outputs(1.0, float(step))))
+    assert [r["step"] for r in records] == [12, 20, 32, 40]
+    assert [r["grad_norm_mean"] for r in records] == [8.0, 18.0, 28.0, 38.0]  # (4+8+12)/3, (16+20)/2, ...
+    assert [r["grad_norm_max"] for r in records] == [12.0, 20.0, 32.0, 40.0]
+
+
+def test_csv_header_holds_the_interval_statistics():
+    from msmon.engine.record import record_columns
+
+    assert record_columns(["loss", "grad_norm"]) == ["step", "time", "rank", "loss", "loss_mean", "grad_norm",
+                                                     "grad_norm_mean", "grad_norm_max"]

@@ -283,3 +283,39 @@ def test_health_settings_are_validated_strictly():
                                                          "grad_explosion": {"absolute_threshold": 5}}}, "m")
     assert not findings and built.health.alerts.command == ["notify", "x"]
     assert built.health.grad_explosion.absolute_threshold == 5.0
+
+
+def test_grad_explosion_judges_the_interval_mean_when_the_record_has_it():
+    start = 150
+    base = healthy(400, interval=10)
+    growing_mean = [{**r, "grad_norm_mean": 1.01 ** max(0, r["step"] - start) * math.exp(0.02 * (r["step"] % 20 == 0)),
+                     "grad_norm": 1.0 + 0.01 * (r["step"] % 3)} for r in base]
+    hits = fired(GradExplosionDetector(GradExplosionSettings()), growing_mean)
+    assert hits and start < hits[0][0] <= start + 100
+    assert "interval mean" in hits[0][1].message and hits[0][1].values["grad_norm_mean"] > 1.1
+    growing_single = [{**r, "grad_norm": r["grad_norm"] * 1.01 ** max(0, r["step"] - start), "grad_norm_mean": 1.0
+                       + 0.01 * (r["step"] % 3)} for r in base]
+    assert fired(GradExplosionDetector(GradExplosionSettings()), growing_single) == []  # the mean is the input
+
+
+def test_grad_explosion_without_interval_keys_behaves_as_before():
+    start = 150
+    records = [{**r, "grad_norm": r["grad_norm"] * 1.01 ** max(0, r["step"] - start)}
+               for r in healthy(400, interval=10)]
+    plain = fired(GradExplosionDetector(GradExplosionSettings()), records)
+    same = fired(GradExplosionDetector(GradExplosionSettings()),
+                 [{**r, "grad_norm_mean": r["grad_norm"], "grad_norm_max": r["grad_norm"]} for r in records])
+    assert [(s, x.values["growth_per_step"]) for s, x in plain] == [(s, x.values["growth_per_step"]) for s, x in same]
+    assert "interval mean" not in plain[0][1].message and "grad_norm_mean" not in plain[0][1].values
+
+
+def test_grad_absolute_threshold_counts_any_step_of_the_interval():
+    config = {"monitor_config": {"global_norm_spike_threshold": 3.0}}
+    det = next(d for d in build_detectors(HealthSettings(), config) if isinstance(d, GradExplosionDetector))
+    records = [{"step": 10, "grad_norm": 1.0, "grad_norm_mean": 1.0, "grad_norm_max": 1.2},
+               {"step": 20, "grad_norm": 1.0, "grad_norm_mean": 1.3, "grad_norm_max": 3.5},  # one step above
+               {"step": 30, "grad_norm": 1.0, "grad_norm_mean": 1.0, "grad_norm_max": math.inf},  # an overflow
+               {"step": 40, "grad_norm": 3.2, "grad_norm_mean": 1.2, "grad_norm_max": math.nan}]
+    hits = fired(det, records)
+    assert [step for step, _ in hits] == [20, 40]  # a non-finite max falls back to the logging step's value
+    assert hits[0][1].values["grad_norm"] == 3.5 and "largest grad_norm since the previous log" in hits[0][1].message

@@ -1,7 +1,9 @@
 """The training-thread side: a MindSpore Callback that counts steps and hands one record per logged step.
 
-Non-logging steps cost a counter, a monotonic timestamp and a stop-flag check. Logging steps read the
-needed Tensors once, build one flat dict and put it in the writer's queue; all I/O is elsewhere.
+Non-logging steps cost a counter, a monotonic timestamp, a stop-flag check and, at log_interval > 1, two
+references to the step's loss and grad_norm Tensors (never read there). Logging steps read the needed
+Tensors once (the held ones too: their interval mean/max), build one flat dict and put it in the writer's
+queue; all I/O is elsewhere.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Protocol
 
 from msmon.config.metrics import METRICS
 from msmon.config.schema import MonitorSettings
-from msmon.engine.record import StepProgress, canonical_metrics, to_float, to_max
+from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
 
 logger = logging.getLogger("msmon")
 
@@ -109,6 +111,11 @@ class StepObserver:
         self._process: Any = None
         self._checked = False
         self._bucket = 0
+        # interval statistics: slot = step % interval holds the step's loss / grad_norm Tensor, unread
+        self._hold = put is not None and self._interval > 1 and bool(self._metrics & {"loss", "grad_norm"})
+        self._held_loss: list[Any] = [None] * self._interval
+        self._held_norm: list[Any] = [None] * self._interval
+        self._empty: tuple[None, ...] = (None,) * self._interval
 
     def begin(self, cb_params: Any) -> None:
         """Train begin: the time base of the first step and the planned number of steps."""
@@ -129,6 +136,16 @@ class StepObserver:
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket
             self._log(cb_params, step, (now - previous) / max(1, step - previous_step))
+        elif self._hold:  # keep references only: a read here would be a host-device sync per step
+            outputs = cb_params.get("net_outputs")
+            slot = step % self._interval
+            if type(outputs) is tuple:  # mindformers: (loss, overflow, loss_scale, lr, global_norm[, ...])
+                if outputs:
+                    self._held_loss[slot] = outputs[0]
+                if len(outputs) in (5, 7):
+                    self._held_norm[slot] = outputs[4]
+            elif hasattr(outputs, "asnumpy"):  # a plain Model.train: the loss alone
+                self._held_loss[slot] = outputs
         return self._stop.stop_reason is not None
 
     def _log(self, cb_params: Any, step: int, step_seconds: float) -> None:
@@ -142,6 +159,8 @@ class StepObserver:
             record["overflow"] = int(bool(to_float(parts["overflow"])))
         if "local_norm" in wanted and parts.get("local_norm") is not None:
             record["local_norm"] = to_max(parts["local_norm"])
+        if self._hold:
+            self._interval_stats(record)
         if "learning_rate" in wanted and "learning_rate" not in record:
             self._optimizer_lr(cb_params, record)
         if "global_step" in wanted:
@@ -159,6 +178,17 @@ class StepObserver:
             self._warn_absent(record)
         self._progress.recent_step_seconds.append(step_seconds)
         self._put(record)  # type: ignore[misc]
+
+    def _interval_stats(self, record: dict[str, Any]) -> None:
+        """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the
+        held Tensors plus this step's own value (see ``interval_stats`` for NaN/Inf). The slots are emptied."""
+        for name, held in (("grad_norm", self._held_norm), ("loss", self._held_loss)):
+            if name in record:
+                values = [record[name], *(to_float(t) for t in held if t is not None)]
+                record[f"{name}_mean"], peak = interval_stats(values)
+                if name == "grad_norm":
+                    record["grad_norm_max"] = peak
+            held[:] = self._empty
 
     def _optimizer_lr(self, cb_params: Any, record: dict[str, Any]) -> None:
         if self._optimizer is None:

@@ -14,6 +14,8 @@ from msmon.config.metrics import canonical_metric
 #: The record keys a tracked metric produces (throughput brings its companions).
 METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device"),
+    "loss": ("loss", "loss_mean"),
+    "grad_norm": ("grad_norm", "grad_norm_mean", "grad_norm_max"),
 }
 
 
@@ -52,6 +54,14 @@ def to_max(value: Any) -> float:
     if getattr(array, "size", 1) == 0:
         return math.nan
     return float(array.max()) if hasattr(array, "max") else float(array)
+
+
+def interval_stats(values: list[float]) -> tuple[float, float]:
+    """(mean, max) of one log interval's per-step values: the mean over the finite ones (NaN when none
+    is), the max with non-finite values kept (NaN when any is NaN, else +Inf when any is +Inf)."""
+    finite = [v for v in values if math.isfinite(v)]
+    mean = math.fsum(finite) / len(finite) if finite else math.nan
+    return mean, (math.nan if any(map(math.isnan, values)) else max(values))
 
 
 def _fmt(value: float) -> str:

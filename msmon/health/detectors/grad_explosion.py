@@ -47,6 +47,10 @@ class GradExplosionDetector:
     second, robust path also counts: the median of the last 5 logs above ``level_ratio`` x the low
     with an upward Theil-Sen trend of at least ``growth_per_step``.
 
+    When the record has ``grad_norm_mean`` (the callback's mean over the steps since the previous
+    log), that is the input instead of the logging step's own value, and ``grad_norm_max`` feeds the
+    absolute threshold; records without them (older files) are judged on ``grad_norm`` as before.
+
     Its baseline forms only ``settle_steps`` after the schedule's LR warm-up (grad norms legitimately
     rise early in a run) and it fits only once a full window lies after that point.
     """
@@ -66,12 +70,17 @@ class GradExplosionDetector:
         self._over_cap = False
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
-        gn = metric(record, "grad_norm")
+        own, mean = metric(record, "grad_norm"), metric(record, "grad_norm_mean")
+        gn = own if mean is None else mean  # the interval mean: 10x the information of one step at interval 10
         step = record.get("step")
         if gn is None or not math.isfinite(gn) or gn <= 0 or not isinstance(step, int):
             return None
         s = self.settings
-        cap = self._cap(gn)
+        peak = metric(record, "grad_norm_max")  # any step of the interval above the cap counts
+        if peak is not None and math.isfinite(peak):
+            cap = self._cap(peak, "the largest grad_norm since the previous log")
+        else:
+            cap = self._cap(own if own is not None and math.isfinite(own) else gn, "grad_norm")
         start = (self.schedule.warmup_end or 0) + s.settle_steps
         if step <= start:
             return cap
@@ -97,16 +106,18 @@ class GradExplosionDetector:
         self._growing = True
         first = math.exp(self._points[0][1])
         span = step - self._points[0][0]
+        label = "grad_norm" if mean is None else "grad_norm (interval mean)"
         return Signal(
             "warning",
-            f"grad_norm is growing {100 * (math.exp(slope) - 1):.2g}%/step over the last {span} steps "
+            f"{label} is growing {100 * (math.exp(slope) - 1):.2g}%/step over the last {span} steps "
             f"({fmt(first)} -> {fmt(gn)}, {ratio:.2g}x its low {fmt(self._low)}); "
             "an explosion builds like this before the loss shows it",
-            {"grad_norm": gn, "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low,
+            {"grad_norm": own, **({} if mean is None else {"grad_norm_mean": mean}),
+             "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low,
              "ratio": ratio, "window_steps": span, "loss": metric(record, "loss")},
         )
 
-    def _cap(self, gn: float) -> Signal | None:
+    def _cap(self, gn: float, label: str) -> Signal | None:
         limit = self.absolute_threshold
         if limit is None or gn < limit:
             self._over_cap = False
@@ -116,6 +127,6 @@ class GradExplosionDetector:
         self._over_cap = True
         return Signal(
             "warning",
-            f"grad_norm {fmt(gn)} reached the absolute threshold {fmt(limit)}",
+            f"{label} {fmt(gn)} reached the absolute threshold {fmt(limit)}",
             {"grad_norm": gn, "threshold": limit, "check": "absolute"},
         )
