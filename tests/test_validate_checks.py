@@ -318,3 +318,13 @@ def test_auto_register_module_not_found_is_a_warning(tmp_path: Path, monkeypatch
     cfg["model"]["model_config"]["auto_register"] = "nowhere_module.Thing"
     finding = next(f for f in validate_config(cfg).findings if f.code == "MS702")
     assert finding.severity.value == "warning" and "REGISTER_PATH" in finding.hint
+
+
+def test_deep_flags_an_unregistered_type_with_a_suggestion() -> None:
+    cfg = base_config()
+    cfg["optimizer"] = {"type": "AdamWW"}
+    cfg["callbacks"] = [{"type": "MFLossMonitor"}]
+    findings = validate_config(cfg, deep=True).findings
+    (finding,) = [f for f in findings if f.code == "MS703"]
+    assert finding.path == "optimizer.type" and "AdamW" in finding.hint
+    assert "MS703" not in codes(validate_config(cfg))  # only with --deep

@@ -36,6 +36,7 @@ CODES: dict[str, str] = {
     "MS608": "CPU: mcore models (use_legacy: False) do not run on CPU",
     "MS701": "a custom registration collides with a built-in transformers/mindformers name",
     "MS702": "warning: the module of an auto_register entry cannot be found or read",
+    "MS703": "warning (--deep): a `type:` names no class of mindformers' registry (typo?)",
     "MS801": "a monitor_config.health value is out of range (docs/health.md)",
     "MS802": "health.alerts.webhook_url is not an http(s) URL",
     "MS803": "health.alerts.command is empty, or (warning) its program is not on PATH",

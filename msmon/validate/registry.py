@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
+import functools
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from typing import Any
 
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
+from msmon.validate.cpu import CPU_WRAPPER
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,14 @@ def registrations_in(source: str, class_name: str, path: str) -> list[Registrati
     return list(dict.fromkeys(found))
 
 
+@functools.cache
 def builtin_names() -> dict[str, set[str]]:
     """Source -> names held by transformers' and mindformers' registries (imports them: slow)."""
+    with contextlib.redirect_stdout(sys.stderr):  # the libraries print banners: keep stdout (--json) clean
+        return _import_builtin_names()
+
+
+def _import_builtin_names() -> dict[str, set[str]]:
     names: dict[str, set[str]] = {}
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -112,6 +122,39 @@ def builtin_names() -> dict[str, set[str]]:
     except ImportError:
         pass
     return names
+
+
+TYPE_KEYS = (
+    "trainer.type", "runner_wrapper.type", "runner_wrapper.scale_sense.type", "optimizer.type", "lr_schedule.type",
+    "model.model_config.type", "model.arch.type", "train_dataset.data_loader.type", "train_dataset_task.type",
+    "metric.type",
+)
+MCORE_PREFIX = "mcore_"
+
+
+def _types(ctx: CheckContext) -> Iterator[tuple[str, str]]:
+    """(dotted path, class name) of every ``type:`` mindformers builds from its registry."""
+    for key in TYPE_KEYS:
+        value = ctx.get(key)
+        if isinstance(value, str):
+            yield key, value
+    callbacks = ctx.get("callbacks")
+    for index, item in enumerate(callbacks if isinstance(callbacks, list) else []):
+        if isinstance(item, Mapping) and isinstance(item.get("type"), str):
+            yield f"callbacks[{index}].type", item["type"]
+
+
+def check_types(ctx: CheckContext, registered: set[str]) -> list[Finding]:
+    """``--deep``: every ``type:`` must name a class of mindformers' registry (or msmon's CPU support)."""
+    from msmon.config.coerce import suggest
+
+    findings = []
+    for path, name in _types(ctx):
+        if name in registered or MCORE_PREFIX + name in registered:
+            continue
+        hint = suggest(name, registered) or "check the spelling, or register the class (auto_register)"
+        findings.append(warning("MS703", path, f"type {name!r} is not registered in mindformers", hint))
+    return findings
 
 
 def check_registry(ctx: CheckContext) -> list[Finding]:
@@ -138,6 +181,9 @@ def check_registry(ctx: CheckContext) -> list[Finding]:
             registrations.extend(registrations_in(module_file.read_text(encoding="utf-8"), class_name, path))
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             findings.append(warning("MS702", path, f"cannot read {module_file}: {exc}", "fix the module file"))
+    if ctx.deep:
+        known = builtin_names().get("mindformers registry", set()) | {CPU_WRAPPER} | {r.name for r in registrations}
+        findings.extend(check_types(ctx, known))
     if not registrations:
         return findings
     builtins = builtin_names()
