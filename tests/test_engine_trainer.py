@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.training, pytest.mark.board]
 STEPS, INTERVAL = 40, 5
 METRICS = ["loss", "grad_norm", "learning_rate", "throughput", "global_step", "step_time_ms", "loss_scale",
            "overflow", "epoch", "host_memory_mb"]
-SCALARS = ["loss", "grad_norm", "learning_rate", "throughput", "samples_per_s", "step_time_ms", "loss_scale"]
+SCALARS = ["loss", "grad_norm", "learning_rate", "throughput", "samples_per_s", "step_time_ms", "loss_scale",
+           "grad_norm_mean", "grad_norm_max", "loss_mean"]
 ALERT = {"time": 0.0, "step": 20, "detector": "loss_spike", "severity": "warning", "message": "loss spiked",
          "values": {"loss": 9.5}, "action": "alert"}
 NAN_VALUES = {"loss": math.nan, "grad_norm": math.inf, "learning_rate": -math.inf}
@@ -101,8 +102,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
         class Outputs(Callback):
             def on_train_step_end(self, run_context: Any) -> None:
                 params = run_context.original_args()
-                if params.cur_step_num % INTERVAL == 0:
-                    outputs[params.cur_step_num] = [o.asnumpy().item() for o in params.net_outputs]
+                outputs[params.cur_step_num] = [o.asnumpy().item() for o in params.net_outputs]
                 if params.cur_step_num == ALERT["step"]:
                     session.emit_alert(dict(ALERT, time=time.time()))
 
@@ -139,6 +139,16 @@ def test_records_hold_what_the_trainer_returned(run: Run):
     assert run.records[0]["loss"] > run.records[-1]["loss"] - 1.0  # a real, finite loss near ln(1000)
     assert run.summary.dropped_records == 0 and run.summary.records_written == STEPS // INTERVAL
     assert all(b["status"] == "ok" and b["written"] == STEPS // INTERVAL for b in run.summary.backends.values())
+
+
+def test_interval_statistics_hold_every_step_of_the_interval(run: Run):
+    for record in run.records:
+        steps = range(record["step"] - INTERVAL + 1, record["step"] + 1)
+        norms, losses = [run.outputs[s][4] for s in steps], [run.outputs[s][0] for s in steps]
+        assert len(set(norms)) == INTERVAL  # five different real values: the held Tensors are not one buffer
+        assert record["grad_norm_mean"] == pytest.approx(sum(norms) / INTERVAL, rel=1e-6)
+        assert record["grad_norm_max"] == pytest.approx(max(norms), rel=1e-7)
+        assert record["loss_mean"] == pytest.approx(sum(losses) / INTERVAL, rel=1e-6)
 
 
 def test_jsonl_equals_the_records(run: Run):
