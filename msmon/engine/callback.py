@@ -1,7 +1,7 @@
 """The training-thread side: a MindSpore Callback that counts steps and hands one record per logged step.
 
-Non-logging steps cost a counter, a monotonic timestamp, a stop-flag check and, at log_interval > 1, two
-references to the step's loss and grad_norm Tensors (never read there). Logging steps read the needed
+Non-logging steps cost a counter, a monotonic timestamp, a stop-flag check and, at log_interval > 1, a
+reference to the step's ``net_outputs`` (never read there). Logging steps read the needed
 Tensors once (the held ones too: their interval mean/max), build one flat dict and put it in the writer's
 queue; all I/O is elsewhere.
 """
@@ -111,10 +111,9 @@ class StepObserver:
         self._process: Any = None
         self._checked = False
         self._bucket = 0
-        # interval statistics: slot = step % interval holds the step's loss / grad_norm Tensor, unread
+        # interval statistics: slot = step % interval holds the step's net_outputs, unread until the logging step
         self._hold = put is not None and self._interval > 1 and bool(self._metrics & {"loss", "grad_norm"})
-        self._held_loss: list[Any] = [None] * self._interval
-        self._held_norm: list[Any] = [None] * self._interval
+        self._held: list[Any] = [None] * self._interval
         self._empty: tuple[None, ...] = (None,) * self._interval
 
     def begin(self, cb_params: Any) -> None:
@@ -136,16 +135,8 @@ class StepObserver:
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket
             self._log(cb_params, step, (now - previous) / max(1, step - previous_step))
-        elif self._hold:  # keep references only: a read here would be a host-device sync per step
-            outputs = cb_params.get("net_outputs")
-            slot = step % self._interval
-            if type(outputs) is tuple:  # mindformers: (loss, overflow, loss_scale, lr, global_norm[, ...])
-                if outputs:
-                    self._held_loss[slot] = outputs[0]
-                if len(outputs) in (5, 7):
-                    self._held_norm[slot] = outputs[4]
-            elif hasattr(outputs, "asnumpy"):  # a plain Model.train: the loss alone
-                self._held_loss[slot] = outputs
+        elif self._hold:  # a reference to the step's outputs, unread: a read here would be a device sync
+            self._held[step % self._interval] = cb_params.get("net_outputs")
         return self._stop.stop_reason is not None
 
     def _log(self, cb_params: Any, step: int, step_seconds: float) -> None:
@@ -182,13 +173,14 @@ class StepObserver:
     def _interval_stats(self, record: dict[str, Any]) -> None:
         """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the
         held Tensors plus this step's own value (see ``interval_stats`` for NaN/Inf). The slots are emptied."""
-        for name, held in (("grad_norm", self._held_norm), ("loss", self._held_loss)):
+        held = [split_outputs(outputs) for outputs in self._held if outputs is not None]
+        self._held[:] = self._empty
+        for name in ("grad_norm", "loss"):
             if name in record:
-                values = [record[name], *(to_float(t) for t in held if t is not None)]
+                values = [record[name], *(to_float(parts[name]) for parts in held if parts.get(name) is not None)]
                 record[f"{name}_mean"], peak = interval_stats(values)
                 if name == "grad_norm":
                     record["grad_norm_max"] = peak
-            held[:] = self._empty
 
     def _optimizer_lr(self, cb_params: Any, record: dict[str, Any]) -> None:
         if self._optimizer is None:
