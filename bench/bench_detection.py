@@ -9,9 +9,10 @@ the real dead run (lr 1e4), and every clean trace with one injected fault: NaN, 
 1%/step grad-norm growth (loss untouched), flat lines, zero grad, LR faults, a throughput drop and a
 time gap. Each runs at log_interval 1 and 10: the traces hold every step, so the interval-10 records
 carry grad_norm_mean/grad_norm_max/loss_mean exactly as the live callback computes them (interval 10
-with single values, as in files written before those keys, is printed too). Grad-norm growth is injected twice: as a level that
-climbs 1%/step (the run's own trend replaced, its noise kept: the target) and as x1.01^step on top
-of the run's own trend, which in several traces falls by about as much. Prints recall, false
+with single values, as in files written before those keys, is printed too). Grad-norm growth is
+injected twice: as a level that climbs 1%/step (the run's own trend replaced, its noise kept: the
+target) and as x1.01^step on top of the run's own trend, which in several traces falls by about as
+much. Prints recall, false
 alarms and detection delay in steps, the article's night (growth from step 300, loss blow-up at
 800) on the 1000-step trace, then the live stall watchdog's delay against timeout + 2 s.
 """
