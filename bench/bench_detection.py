@@ -187,7 +187,7 @@ def logged(records: list[Record], interval: int) -> list[Record]:
         if int(r["step"]) % interval == 0:
             record = dict(r)
             for name in ("grad_norm", "loss"):
-                mean, peak = interval_stats([float(w[name]) for w in window])
+                mean, peak = interval_stats([float(w[name]) for w in window], finite_mean=name == "grad_norm")
                 record[f"{name}_mean"] = mean
                 if name == "grad_norm":
                     record["grad_norm_max"] = peak

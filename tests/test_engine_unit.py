@@ -421,3 +421,13 @@ def test_csv_header_holds_the_interval_statistics():
 
     assert record_columns(["loss", "grad_norm"]) == ["step", "time", "rank", "loss", "loss_mean", "grad_norm",
                                                      "grad_norm_mean", "grad_norm_max"]
+
+
+def test_loss_mean_keeps_a_nan_loss_between_two_logs(tmp_path: Path):
+    records: list[dict[str, Any]] = []
+    observer = _observer(settings(tmp_path, log_interval=3, track_metrics=["loss", "grad_norm"]), records)
+    for step, loss in enumerate([1.0, math.nan, 2.0, 1.0, 2.0, 3.0], start=1):
+        observer.step_end(Params(cur_step_num=step, net_outputs=_outputs(loss, math.inf if step == 2 else 1.0)))
+    assert records[0]["loss"] == 2.0 and math.isnan(records[0]["loss_mean"])  # never averaged away
+    assert records[0]["grad_norm_mean"] == 1.0 and records[0]["grad_norm_max"] == math.inf  # overflow Inf skipped
+    assert records[1]["loss_mean"] == 2.0 and records[1]["grad_norm_max"] == 1.0

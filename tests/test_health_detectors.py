@@ -319,3 +319,15 @@ def test_grad_absolute_threshold_counts_any_step_of_the_interval():
     hits = fired(det, records)
     assert [step for step, _ in hits] == [20, 40]  # a non-finite max falls back to the logging step's value
     assert hits[0][1].values["grad_norm"] == 3.5 and "largest grad_norm since the previous log" in hits[0][1].message
+
+
+def test_nonfinite_finds_a_nan_loss_between_two_logs():
+    det = NonFiniteDetector(NonFiniteSettings())
+    records = [{"step": 10, "loss": 2.0, "loss_mean": 2.1, "grad_norm": 1.0},
+               {"step": 20, "loss": 2.0, "loss_mean": math.nan, "grad_norm": 1.0},  # NaN at a non-logging step
+               {"step": 30, "loss": math.nan, "loss_mean": math.nan, "grad_norm": 1.0}]
+    hits = fired(det, records)
+    assert [step for step, _ in hits] == [20]
+    assert "a step since the previous log had a non-finite loss" in hits[0][1].message
+    again = fired(NonFiniteDetector(NonFiniteSettings()), records[2:])
+    assert "loss is NaN" in again[0][1].message and "loss_mean" not in again[0][1].message

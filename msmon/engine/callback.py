@@ -172,13 +172,14 @@ class StepObserver:
 
     def _interval_stats(self, record: dict[str, Any]) -> None:
         """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the
-        held Tensors plus this step's own value (see ``interval_stats`` for NaN/Inf). The slots are emptied."""
+        held outputs plus this step's own value. ``grad_norm_mean`` skips non-finite values (overflow steps),
+        ``loss_mean`` keeps them (a NaN loss between two logs is never averaged away). The slots are emptied."""
         held = [split_outputs(outputs) for outputs in self._held if outputs is not None]
         self._held[:] = self._empty
         for name in ("grad_norm", "loss"):
             if name in record:
                 values = [record[name], *(to_float(parts[name]) for parts in held if parts.get(name) is not None)]
-                record[f"{name}_mean"], peak = interval_stats(values)
+                record[f"{name}_mean"], peak = interval_stats(values, finite_mean=name == "grad_norm")
                 if name == "grad_norm":
                     record["grad_norm_max"] = peak
 

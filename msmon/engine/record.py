@@ -58,11 +58,15 @@ def to_max(value: Any) -> float:
     return float(array.max()) if hasattr(array, "max") else float(array)
 
 
-def interval_stats(values: list[float]) -> tuple[float, float]:
-    """(mean, max) of one log interval's per-step values: the mean over the finite ones (NaN when none
-    is), the max with non-finite values kept (NaN when any is NaN, else +Inf when any is +Inf)."""
+def interval_stats(values: list[float], *, finite_mean: bool = True) -> tuple[float, float]:
+    """(mean, max) of one log interval's per-step values. The max keeps non-finite values (NaN when any
+    is NaN, else +Inf when any is +Inf). ``finite_mean``: the mean of the finite values (NaN when none
+    is; a loss-scale overflow's Inf grad norm is expected); else the plain mean (a NaN stays NaN)."""
     finite = [v for v in values if math.isfinite(v)]
-    mean = math.fsum(finite) / len(finite) if finite else math.nan
+    if not finite_mean and len(finite) < len(values):
+        mean = sum(values) / len(values)
+    else:
+        mean = math.fsum(finite) / len(finite) if finite else math.nan
     return mean, (math.nan if any(map(math.isnan, values)) else max(values))
 
 

@@ -1,4 +1,4 @@
-"""NaN or Inf in loss or grad_norm: critical, at once."""
+"""NaN or Inf in loss or grad_norm (also in loss_mean: any step since the previous log): critical, at once."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from msmon.health.alert import Signal, fmt
 from msmon.health.detectors.base import metric
 from msmon.health.settings import NonFiniteSettings
 
+LABELS = {"loss_mean": "loss_mean (a step since the previous log had a non-finite loss)"}
+
 
 class NonFiniteDetector:
     """Fires when a non-finite value appears; re-arms once the values are finite again.
 
     A non-finite grad_norm on a step the loss-scale wrapper flagged as overflow is expected (the
-    update is skipped and the scale lowered), so it does not count.
+    update is skipped and the scale lowered), so it does not count. ``loss_mean`` keeps a non-finite
+    loss of any step since the previous log, so a NaN between two logs is found at the next one.
     """
 
     name = "nonfinite"
@@ -25,11 +28,13 @@ class NonFiniteDetector:
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         bad: dict[str, float] = {}
-        for key in ("loss", "grad_norm"):
+        for key in ("loss", "grad_norm", "loss_mean"):
             value = metric(record, key)
             if value is not None and not math.isfinite(value):
                 bad[key] = value
-        if "grad_norm" in bad and "loss" not in bad and metric(record, "overflow"):
+        if "loss" in bad:
+            bad.pop("loss_mean", None)
+        if "grad_norm" in bad and "loss" not in bad and "loss_mean" not in bad and metric(record, "overflow"):
             del bad["grad_norm"]
         if not bad:
             self._active = False
@@ -37,7 +42,7 @@ class NonFiniteDetector:
         if self._active:
             return None
         self._active = True
-        names = " and ".join(f"{key} is {fmt(value)}" for key, value in bad.items())
+        names = " and ".join(f"{LABELS.get(key, key)} is {fmt(value)}" for key, value in bad.items())
         return Signal(
             "critical",
             f"{names}: the run has diverged or hit a bad batch; later updates are meaningless",
