@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,15 +43,9 @@ class DropQueue:
         self._ready = threading.Event()
 
     def put(self, item: Any) -> None:
-        with self._lock:
-            if len(self._items) >= self.maxsize:
-                self._items.popleft()
-                self.dropped += 1
-            self._items.append(item)
-        if self.notify:
-            self._ready.set()
+        self.put_many((item,))
 
-    def put_many(self, items: list[Any]) -> None:
+    def put_many(self, items: Sequence[Any]) -> None:
         """Append several items under one lock and one wake-up."""
         with self._lock:
             for item in items:

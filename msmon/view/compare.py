@@ -12,8 +12,7 @@ from typing import Any
 
 from msmon import __version__
 from msmon.errors import ExitCode, MsmonError
-from msmon.util.atomic import atomic_write_text
-from msmon.view.html import PALETTE, esc, fmt_number, page, panel, panel_metrics, plots_section
+from msmon.view.html import PALETTE, esc, fmt_number, page, panel, panel_metrics, plots_section, write_page
 from msmon.view.report import alert_rows, loss_summary
 from msmon.view.series import RunData, load_run
 
@@ -194,11 +193,4 @@ def build_compare(comparison: Comparison) -> str:
 
 def write_compare(comparison: Comparison, out: str | Path) -> Path:
     """Write the comparison page to ``out``."""
-    target = Path(out)
-    if target.is_dir():
-        raise MsmonError(f"--out is a directory: {target}", "pass a file name such as compare.html")
-    if not target.parent.is_dir():
-        raise MsmonError(f"directory of --out does not exist: {target.parent}", "create it first")
-    atomic_write_text(target, build_compare(comparison), fsync=False)
-    target.chmod(0o644)
-    return target
+    return write_page(Path(out), build_compare(comparison), "compare.html")

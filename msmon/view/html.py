@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon.errors import MsmonError
+from msmon.util.atomic import atomic_write_text
 from msmon.view.series import PLOT_METRICS, DrawSeries, RunData, downsample
 
 ASSETS = Path(__file__).parent / "assets"
@@ -97,3 +98,14 @@ def plots_section(panels: list[dict[str, Any]], note: str = "", alerts: bool = T
     folded = (f"<details><summary>More metrics: {esc(', '.join(extra))}</summary><div id=\"msmon-plots-more\">"
               "</div></details>" if extra else "")
     return f"<p class=\"hint\">{esc(hint)} {esc(note)}</p>\n<div id=\"msmon-plots\"></div>{folded}"
+
+
+def write_page(target: Path, text: str, example: str) -> Path:
+    """Write an HTML page atomically to ``target`` (a file in an existing directory), world-readable."""
+    if target.is_dir():
+        raise MsmonError(f"--out is a directory: {target}", f"pass a file name such as {example}")
+    if not target.parent.is_dir():
+        raise MsmonError(f"directory of --out does not exist: {target.parent}", "create it first")
+    atomic_write_text(target, text, fsync=False)
+    target.chmod(0o644)
+    return target

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import __version__
-from msmon.errors import MsmonError
-from msmon.util.atomic import atomic_write_text
-from msmon.view.html import esc, fmt_number, fmt_time, page, panel, panel_metrics, plots_section
+from msmon.view.html import esc, fmt_number, fmt_time, page, panel, panel_metrics, plots_section, write_page
 from msmon.view.series import PLOT_METRICS, RunData, load_run, to_float
 
 MAX_POINTS = 4000
@@ -149,12 +147,7 @@ def write_report(
     """Write the HTML report of a run (default: <run>/report.html) and, when asked, its PNG plots."""
     run = load_run(run_path)
     target = Path(out) if out is not None else run.path / "report.html"
-    if target.is_dir():
-        raise MsmonError(f"--out is a directory: {target}", "pass a file name such as report.html")
-    if not target.parent.is_dir():
-        raise MsmonError(f"directory of --out does not exist: {target.parent}", "create it first")
-    atomic_write_text(target, build_report(run), fsync=False)
-    target.chmod(0o644)
+    write_page(target, build_report(run), "report.html")
     pngs: list[Path] = []
     if png_dir is not None:
         from msmon.view.png import write_pngs
