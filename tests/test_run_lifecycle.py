@@ -91,6 +91,30 @@ def _board_processes(root: Path) -> list[str]:
 
 
 @pytest.mark.training
+def test_sigterm_mid_run_exits_143_interrupted_with_metrics_flushed(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, steps=400, run_name="term", log_interval=5)
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "term"
+    proc = _start(tmp_path, str(config))
+    seen: dict[int, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 300
+        while len(_lines(run_dir / "metrics.jsonl")) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            seen.update({p.pid: p for p in _descendants(proc.pid)})
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, stderr[-2000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["exit_code"] == 143
+    rows = _lines(run_dir / "metrics.jsonl")
+    assert rows and rows[-1]["step"] < 400 and info["last_step"] >= rows[-1]["step"]
+    assert seen and [p.pid for p in seen.values() if _alive(p)] == []
+
+
+@pytest.mark.training
 def test_a_second_sigint_forces_the_exit_after_flushing(tmp_path: Path) -> None:
     config = write_quickstart_config(tmp_path, steps=400, run_name="twice", log_interval=5)
     run_dir = tmp_path / "monitor_logs" / "quickstart" / "twice"
