@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -40,34 +41,57 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.training
-def test_sigint_mid_run_flushes_marks_interrupted_and_leaves_no_process(tmp_path: Path) -> None:
-    config = write_quickstart_config(tmp_path, steps=400, run_name="sig", log_interval=5)
-    run_dir = tmp_path / "monitor_logs" / "quickstart" / "sig"
-    proc = _start(tmp_path, str(config), "--board", "--port", "0")
+@dataclass
+class Interrupted:
+    """What an interrupted `msmon run` left: exit code, stderr, run directory, processes seen while running."""
+
+    code: int
+    stderr: str
+    run_dir: Path
+    seen: dict[int, psutil.Process]
+    running_at_signal: bool
+
+
+def _interrupt(root: Path, run_name: str, signals: list[int], *args: str, after_lines: int = 2) -> Interrupted:
+    """Start a 400-step quickstart run, wait for ``after_lines`` logged records, send ``signals``."""
+    config = write_quickstart_config(root, steps=400, run_name=run_name, log_interval=5)
+    run_dir = root / "monitor_logs" / "quickstart" / run_name
+    proc = _start(root, str(config), *args)
     seen: dict[int, psutil.Process] = {}
     try:
         deadline = time.monotonic() + 300
-        while len(_lines(run_dir / "metrics.jsonl")) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        while len(_lines(run_dir / "metrics.jsonl")) < after_lines and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
             seen.update({p.pid: p for p in _descendants(proc.pid)})
             time.sleep(0.2)
         seen.update({p.pid: p for p in _descendants(proc.pid)})
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        proc.send_signal(signal.SIGINT)
+        running = proc.poll() is None
+        for index, sig in enumerate(signals):
+            if index:
+                time.sleep(0.05)
+            proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr[-2000:]
-    info = json.loads((run_dir / "run.json").read_text())
+    return Interrupted(proc.returncode, stderr, run_dir, seen, running)
+
+
+@pytest.mark.training
+def test_sigint_mid_run_flushes_marks_interrupted_and_leaves_no_process(tmp_path: Path) -> None:
+    run = _interrupt(tmp_path, "sig", [signal.SIGINT], "--board", "--port", "0")
+    assert run.running_at_signal, run.stderr[-2000:]
+    assert run.code == 130, run.stderr[-2000:]
+    info = json.loads((run.run_dir / "run.json").read_text())
     assert info["status"] == "interrupted" and info["exit_code"] == 130 and info["end_time"]
-    rows = _lines(run_dir / "metrics.jsonl")
+    rows = _lines(run.run_dir / "metrics.jsonl")
     assert 2 <= len(rows) and rows[-1]["step"] < 400
     assert info["last_step"] >= rows[-1]["step"]  # every logged step up to the stop is on disk
-    assert "SIGINT received" in stderr
-    assert "board: http://127.0.0.1:" in stderr  # the board was up, and is stopped with the run
-    assert seen, "the training child was never seen"
-    assert [p.pid for p in seen.values() if _alive(p)] == []
+    assert "SIGINT received" in run.stderr
+    assert "board: http://127.0.0.1:" in run.stderr  # the board was up, and is stopped with the run
+    assert run.seen, "the training child was never seen"
+    assert [p.pid for p in run.seen.values() if _alive(p)] == []
     assert _board_processes(tmp_path) == []
 
 
@@ -92,51 +116,23 @@ def _board_processes(root: Path) -> list[str]:
 
 @pytest.mark.training
 def test_sigterm_mid_run_exits_143_interrupted_with_metrics_flushed(tmp_path: Path) -> None:
-    config = write_quickstart_config(tmp_path, steps=400, run_name="term", log_interval=5)
-    run_dir = tmp_path / "monitor_logs" / "quickstart" / "term"
-    proc = _start(tmp_path, str(config))
-    seen: dict[int, psutil.Process] = {}
-    try:
-        deadline = time.monotonic() + 300
-        while len(_lines(run_dir / "metrics.jsonl")) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            seen.update({p.pid: p for p in _descendants(proc.pid)})
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, stderr[-2000:]
-    info = json.loads((run_dir / "run.json").read_text())
+    run = _interrupt(tmp_path, "term", [signal.SIGTERM])
+    assert run.code == 143, run.stderr[-2000:]
+    info = json.loads((run.run_dir / "run.json").read_text())
     assert info["status"] == "interrupted" and info["exit_code"] == 143
-    rows = _lines(run_dir / "metrics.jsonl")
+    rows = _lines(run.run_dir / "metrics.jsonl")
     assert rows and rows[-1]["step"] < 400 and info["last_step"] >= rows[-1]["step"]
-    assert seen and [p.pid for p in seen.values() if _alive(p)] == []
+    assert run.seen and [p.pid for p in run.seen.values() if _alive(p)] == []
 
 
 @pytest.mark.training
 def test_a_second_sigint_forces_the_exit_after_flushing(tmp_path: Path) -> None:
-    config = write_quickstart_config(tmp_path, steps=400, run_name="twice", log_interval=5)
-    run_dir = tmp_path / "monitor_logs" / "quickstart" / "twice"
-    proc = _start(tmp_path, str(config))
-    seen: dict[int, psutil.Process] = {}
-    try:
-        deadline = time.monotonic() + 300
-        while len(_lines(run_dir / "metrics.jsonl")) < 1 and time.monotonic() < deadline and proc.poll() is None:
-            seen.update({p.pid: p for p in _descendants(proc.pid)})
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr[-2000:]
-    info = json.loads((run_dir / "run.json").read_text())
+    run = _interrupt(tmp_path, "twice", [signal.SIGINT, signal.SIGINT], after_lines=1)
+    assert run.code == 130, run.stderr[-2000:]
+    info = json.loads((run.run_dir / "run.json").read_text())
     assert info["status"] == "interrupted" and info["error"] == "forced by a second SIGINT"
-    assert len(_lines(run_dir / "metrics.jsonl")) >= 1
-    assert [p.pid for p in seen.values() if _alive(p)] == []
+    assert len(_lines(run.run_dir / "metrics.jsonl")) >= 1
+    assert [p.pid for p in run.seen.values() if _alive(p)] == []
 
 
 @pytest.mark.training
