@@ -3,7 +3,8 @@
     /work/venv/bin/python bench/bench_callback_overhead.py [--steps 400] [--block 20]
 
 Every run is one real Trainer run (``--steps`` steps) in its own child process; step time = wall
-time between consecutive step ends, the first ``2 x --block`` steps (graph compile) left out.
+time between consecutive step ends (msmon's own call at the earlier one included), the first
+``2 x --block`` steps (graph compile) left out.
 Two measurements, printed side by side:
   gated   in one process msmon's callback is switched on and off in alternating blocks of
           ``--block`` steps (same process, same compiled graph); each "on" block's median step
@@ -14,10 +15,22 @@ Two measurements, printed side by side:
           separate runs differ by far more than 1% (the baseline runs are printed): the verdict
           uses the gated ratio.
 Scenarios and targets:
-  core      5 core metrics, file + mindinsight, log_interval 10       target <= 1.01
+  core      5 core metrics, file + mindinsight, log_interval 10 (the defaults: flight recorder on,
+            layer_grad_norm off)                                       target <= 1.01
+  layers    core + layer_grad_norm, log_interval 10                    target <= 1.02
+  ranks2    the same on 2 data-parallel ranks through msrun (real AllReduce): rank 0 writes, rank 1 reads its
+            loss/grad_norm at its logging steps for its heartbeat; each rank gated in the same blocks
+            (one row per rank)                                        target <= 1.01 on every rank
   all       every backend (file, mindinsight, tensorboard, mlflow server), log_interval 1   <= 1.03
   blocking  file + a backend blocking 2 s per write, log_interval 1   <= 1.02, bounded memory
-The callback's own cost (microseconds per call) is timed on non-logging and logging steps.
+The callback's own cost (microseconds per call) is timed on non-logging and logging steps, and at step begin
+(one monotonic read: the heartbeat's "step begun"). Every rank's heartbeat thread rewrites heartbeats/rank_N.json
+once a second in the on and the off blocks alike: one write's cost is timed and printed as a share of a second.
+``layers`` also changes the compiled train step (runner_wrapper.local_norm: each gradient's squared sum is
+computed and returned). Its gated run therefore switches the train step too: a second wrapper cell without
+local_norm, on the same network and optimizer, runs the "off" blocks (MindSpore's Model calls
+``model._train_network`` at every step; the gate repoints it), so each "on" block pays msmon's callback and the
+local_norm graph, each "off" block neither.
 """
 
 from __future__ import annotations
@@ -40,6 +53,9 @@ sys.path.insert(0, str(REPO / "tests"))
 CORE = ["loss", "grad_norm", "learning_rate", "throughput", "global_step"]
 SCENARIOS: dict[str, dict[str, Any]] = {
     "core": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01},
+    "layers": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.02,
+               "metrics": [*CORE, "layer_grad_norm"]},
+    "ranks2": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01, "ranks": 2},
     "all": {"monitor_type": ["file", "mindinsight", "tensorboard", "mlflow"], "log_interval": 1, "target": 1.03},
     "blocking": {"monitor_type": ["file", "blocking"], "log_interval": 1, "target": 1.02, "queue_size": 100},
 }
@@ -61,15 +77,23 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         register_backend(cls)
     BlockingBackend.delay = 2.0
     spec = SCENARIOS.get(scenario, SCENARIOS["core"])
+    world = int(spec.get("ranks", 1))
+    rank = int(os.environ.get("RANK_ID", "0")) if world > 1 else 0
+    workdir = workdir / f"rank_{rank}" if world > 1 else workdir
+    workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
+    parallel = {"use_parallel": True, "parallel_config.data_parallel": world, "parallel.full_batch": False}
     path = write_quickstart_config(
         workdir, steps=steps, log_interval=spec["log_interval"], monitor_type=spec["monitor_type"], verbose=False,
-        track_metrics=CORE, mlflow={"tracking_uri": mlflow_uri}, writer={"queue_size": spec.get("queue_size", 1000)},
+        track_metrics=spec.get("metrics", CORE), mlflow={"tracking_uri": mlflow_uri},
+        writer={"queue_size": spec.get("queue_size", 1000)}, overrides=parallel if world > 1 else None,
     )
     training, monitor = quickstart_parts(path)
     settings, _ = build(MonitorSettings, monitor, "monitor_config")
     settings = replace(settings, monitor_type=spec["monitor_type"])  # "blocking" is a registered test backend
-    session = MonitorSession(settings, settings.run_dir(), config=training).start() if scenario != "none" else None
+    session = None
+    if scenario != "none":
+        session = MonitorSession(settings, settings.run_dir(), config=training, rank=rank, world_size=world).start()
     inner = session.callback() if session is not None else None
     interval = spec["log_interval"]
     block = max(block, interval)  # every "on" block starts with a logging step
@@ -85,12 +109,24 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.off: list[float] = []
             self.cost_log: list[float] = []
             self.cost_plain: list[float] = []
+            self.cost_begin: list[float] = []
             self.rss: list[float] = []
             self.blocks: dict[int, list[float]] = {}
+            self.cells: dict[bool, Any] = {}
+            self.model: Any = None
+            self.graphs: set[tuple[bool, int]] = set()  # (local_norm cell ran, outputs returned)
 
         def on_train_begin(self, run_context: Any) -> None:
             if inner is not None:
                 inner.on_train_begin(run_context)
+            if gated and scenario == "layers":
+                self.model, self.cells = train_step_pair(run_context.original_args().train_network)
+
+        def on_train_step_begin(self, run_context: Any) -> None:
+            if self.was_on:
+                started = time.perf_counter()
+                inner.on_train_step_begin(run_context)
+                self.cost_begin.append(time.perf_counter() - started)
 
         def on_train_step_end(self, run_context: Any) -> None:
             now = time.perf_counter()
@@ -99,6 +135,10 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 (self.on if self.was_on else self.off).append(now - self.last)
                 self.blocks.setdefault((step - 1) // block, []).append(now - self.last)
             self.was_on = inner is not None and (not gated or (step // block) % 2 == 1)
+            if self.cells:  # an interval holds one msmon call and the next step: both on, or both off
+                outputs = run_context.original_args().net_outputs
+                self.graphs.add((self.model._train_network is self.cells[True], len(outputs)))
+                self.model._train_network = self.cells[self.was_on]
             if self.was_on:
                 started = time.perf_counter()
                 inner.on_train_step_end(run_context)
@@ -106,19 +146,29 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 (self.cost_log if step % interval == 0 else self.cost_plain).append(cost)
             if step % 50 == 0:
                 self.rss.append(process.memory_info().rss / 2**20)
-            self.last = time.perf_counter()
+            self.last = now  # the next interval holds this step's msmon call: its own time counts too
 
     gate = Gate()
     started = time.monotonic()
     train(training, [gate], workdir / "logs")
     train_s = time.monotonic() - started
+    beat_us = None
+    if session is not None:  # the heartbeat thread's write, once a second in every block
+        writes = []
+        for _ in range(20):
+            begun = time.perf_counter()
+            session.rank_heartbeat.write()
+            writes.append(time.perf_counter() - begun)
+        beat_us = statistics.median(writes) * 1e6
     summary = session.close("completed") if session is not None else None
     # each "on" block against the "off" block before it: slow drifts of a shared machine cancel out
     pairs = [statistics.median(gate.blocks[b]) / statistics.median(gate.blocks[b - 1])
              for b in gate.blocks if b % 2 == 1 and b - 1 in gate.blocks and len(gate.blocks[b]) > 2]
     return {
         "pair_ratio": statistics.median(pairs) if pairs else None,
-        "scenario": scenario, "gated": gated,
+        "scenario": scenario, "gated": gated, "rank": rank,
+        "cost_begin_us": statistics.median(gate.cost_begin) * 1e6 if gate.cost_begin else None,
+        "heartbeat_write_us": beat_us,
         "on_ms": statistics.median(gate.on) * 1e3 if gate.on else None,
         "off_ms": statistics.median(gate.off) * 1e3 if gate.off else None,
         "n_on": len(gate.on), "n_off": len(gate.off),
@@ -126,7 +176,22 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         "cost_log_us": statistics.median(gate.cost_log) * 1e6 if gate.cost_log else None,
         "rss_mb": gate.rss, "train_s": train_s, "dropped": summary.dropped_records if summary else 0,
         "written": {name: b["written"] for name, b in summary.backends.items()} if summary else {},
+        "graphs": sorted(gate.graphs),
     }
+
+
+def train_step_pair(cell: Any) -> tuple[Any, dict[bool, Any]]:
+    """The Model running ``cell`` (a wrapper with local_norm on) and {True: cell, False: the same wrapper class
+    without local_norm on the same network and optimizer}."""
+    import gc
+
+    from mindspore.train import Model
+
+    model = next(o for o in gc.get_objects() if isinstance(o, Model) and o._train_network is cell)
+    plain = type(cell)(cell.network, cell.optimizer, use_clip_grad=cell.use_clip_grad, scale_sense=1.0,
+                       max_grad_norm=float(cell.clip_grad_norm.clip_norm.asnumpy()[0]), local_norm=False)
+    plain.set_train(True)
+    return model, {True: cell, False: plain}
 
 
 def start_mlflow(directory: Path) -> Any:
@@ -135,15 +200,27 @@ def start_mlflow(directory: Path) -> Any:
     return MlflowServer(directory)
 
 
-def run_child(args: argparse.Namespace, scenario: str, gated: bool, workdir: Path, mlflow: str | None) -> dict:
+def run_child(args: argparse.Namespace, scenario: str, gated: bool, workdir: Path, mlflow: str | None) -> list[dict]:
+    """One run: one result, or one per rank (``ranks`` scenarios run through msrun)."""
     workdir.mkdir(parents=True)
     cmd = [sys.executable, __file__, "--child", scenario, "--steps", str(args.steps), "--block", str(args.block),
            "--workdir", str(workdir)] + (["--gated"] if gated else []) + (["--mlflow", mlflow] if mlflow else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
+    ranks = int(SCENARIOS.get(scenario, {}).get("ranks", 1))
+    env = dict(os.environ)
+    if ranks > 1:  # msrun starts `python SCRIPT ARGS` per rank (and once more as its scheduler)
+        from msmon.runner.msrun import msrun_binary
+        from msmon.util.net import free_port
+
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        cmd = msrun_binary() + [f"--worker_num={ranks}", f"--local_worker_num={ranks}", "--join=True",
+                                f"--master_port={free_port('127.0.0.1')}", f"--log_dir={workdir / 'msrun'}",
+                                "python", *cmd[1:]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    out = proc.stdout if ranks == 1 else "".join(p.read_text() for p in sorted((workdir / "msrun").glob("worker_*")))
+    lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or len(lines) < ranks:
         raise RuntimeError(f"{scenario}: failed\n{proc.stderr[-3000:]}")
-    return json.loads(line[-1][7:])
+    return sorted((json.loads(line[7:]) for line in lines), key=lambda r: r["rank"])
 
 
 def main() -> int:
@@ -157,6 +234,11 @@ def main() -> int:
     parser.add_argument("--mlflow", default=None)
     parser.add_argument("--only", nargs="*", default=list(SCENARIOS))
     args = parser.parse_args()
+    if args.child and os.environ.get("MS_ROLE") == "MS_SCHED":  # msrun's scheduler: serve the cluster, nothing else
+        from mindspore.communication import init
+
+        init()
+        return 0
     if args.child:
         result = child(args.child, args.steps, args.block, Path(args.workdir), args.mlflow, args.gated)
         print("RESULT " + json.dumps(result))
@@ -170,31 +252,46 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for scenario in args.only:
                     workdir = Path(tmp) / f"gated_{scenario}_{round_}"
-                    gated[scenario].append(run_child(args, scenario, True, workdir, url))
+                    gated[scenario].extend(run_child(args, scenario, True, workdir, url))
                 for scenario in runs:
-                    runs[scenario].append(run_child(args, scenario, False, Path(tmp) / f"{scenario}_{round_}", url))
+                    if SCENARIOS.get(scenario, {}).get("ranks", 1) > 1:
+                        continue  # separate multi-rank runs differ by more than the effect: gated only
+                    runs[scenario].extend(run_child(args, scenario, False, Path(tmp) / f"{scenario}_{round_}", url))
         finally:
             if server is not None:
                 server.stop()
     base = statistics.median(r["off_ms"] for r in runs["none"])
     each = ", ".join(f"{r['off_ms']:.2f}" for r in runs["none"])
     print(f"steps {args.steps}, block {args.block}, rounds {args.rounds}; baseline median step {base:.2f} ms ({each})")
-    print(f"{'scenario':9} {'gated':>6} {'runs':>6} {'target':>6}  {'non-log us':>10} {'log us':>8}  "
-          f"{'RSS MB':>11}  dropped  written")
+    print(f"{'scenario':9} {'gated':>6} {'runs':>6} {'target':>6}  {'non-log us':>10} {'log us':>8} {'begin us':>8} "
+          f"{'beat us':>7}  {'RSS MB':>11}  dropped  written  blocks (on/off, per round)")
     for scenario in args.only:
-        gated_ratio = statistics.median(g["pair_ratio"] for g in gated[scenario])
-        g = gated[scenario][0]
-        run_ratio = statistics.median(r["on_ms"] for r in runs[scenario]) / base
-        target = SCENARIOS[scenario]["target"]
-        rss_values = [value for x in gated[scenario] for value in x["rss_mb"]]
-        rss = f"{min(rss_values):.0f}->{max(rss_values):.0f}"
-        verdict = "ok" if gated_ratio <= target else "MISSED"  # runs: only as good as the machine's quiet
-        plain = [x["cost_plain_us"] for x in gated[scenario] if x["cost_plain_us"] is not None]
-        logged = statistics.median(x["cost_log_us"] or 0 for x in gated[scenario])
-        costs = f"{statistics.median(plain) if plain else float('nan'):10.1f} {logged:8.1f}"
-        print(f"{scenario:9} {gated_ratio:6.3f} {run_ratio:6.3f} {'<=' + str(target):>6}  {costs}  {rss:>11}  "
-              f"{g['dropped']:7d}  {g['written']}  {verdict}")
+        for rank in sorted({g["rank"] for g in gated[scenario]}):
+            print(row(scenario, [g for g in gated[scenario] if g["rank"] == rank], runs.get(scenario), base))
     return 0
+
+
+def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] | None, base: float) -> str:
+    """One scenario (one rank of it) side by side: gated ratio, separate-run ratio, costs, memory, accounting."""
+    name = f"{scenario}/r{gated[0]['rank']}" if SCENARIOS[scenario].get("ranks", 1) > 1 else scenario
+    gated_ratio = statistics.median(g["pair_ratio"] for g in gated)
+    run_ratio = statistics.median(r["on_ms"] for r in runs) / base if runs else float("nan")
+    target = SCENARIOS[scenario]["target"]
+    rss_values = [value for x in gated for value in x["rss_mb"]]
+    rss = f"{min(rss_values):.0f}->{max(rss_values):.0f}"
+    verdict = "ok" if gated_ratio <= target else "MISSED"  # runs: only as good as the machine's quiet
+    if scenario == "layers" and any(x["graphs"] != [[False, 5], [True, 7]] for x in gated):
+        verdict = f"NOT GATED {[x['graphs'] for x in gated]}"  # the swap must change the train step
+
+    def median_of(key: str) -> float:
+        values = [x[key] for x in gated if x.get(key) is not None]
+        return statistics.median(values) if values else float("nan")
+
+    costs = (f"{median_of('cost_plain_us'):10.1f} {median_of('cost_log_us'):8.1f} {median_of('cost_begin_us'):8.2f} "
+             f"{median_of('heartbeat_write_us'):7.0f}")
+    pairs = " ".join(f"{g['pair_ratio']:.3f}" for g in gated)
+    return (f"{name:9} {gated_ratio:6.3f} {run_ratio:6.3f} {'<=' + str(target):>6}  {costs}  {rss:>11}  "
+            f"{gated[0]['dropped']:7d}  {gated[0]['written']}  {pairs}  {verdict}")
 
 
 if __name__ == "__main__":

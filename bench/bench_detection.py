@@ -33,11 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from msmon.config.health import HealthSettings, StallSettings  # noqa: E402
 from msmon.engine.record import interval_stats  # noqa: E402
 from msmon.health.alert import Alert  # noqa: E402
 from msmon.health.monitor import HealthMonitor  # noqa: E402
 from msmon.health.replay import read_records  # noqa: E402
-from msmon.health.settings import HealthSettings, StallSettings  # noqa: E402
 from msmon.health.watchdog import Watchdog  # noqa: E402
 
 TRACES = ROOT / "bench" / "traces"
@@ -123,8 +123,17 @@ def gap(records: list[Record]) -> list[Record]:
     return each(records, lambda r: r.update(time=float(r["time"]) + 120.0))
 
 
-#: Reported, not a target: on the batch-2 quickstart the loss of one step is up to 3x the next one's.
-HARD: dict[str, tuple[str, Inject]] = {"loss spike x3 (30 steps)": ("loss_spike", spike(3))}
+def slower(factor: float) -> Inject:
+    return lambda rs: each(rs, lambda r: r.update(throughput=float(r["throughput"]) * factor))
+
+
+#: Reported, not targets: on the batch-2 quickstart the loss of one step is up to 3x the next one's; the clean
+#: traces' own speed swings (a shared machine) hold 150-step stretches below 0.62 of their median.
+HARD: dict[str, tuple[str, Inject]] = {
+    "loss spike x3 (30 steps)": ("loss_spike", spike(3)),
+    "throughput x0.6": ("throughput_drop", slower(0.6)),
+    "throughput x0.5": ("throughput_drop", slower(0.5)),
+}
 FAULTS: dict[str, tuple[str, Inject]] = {
     "nan loss": ("nonfinite", lambda rs: once(rs, lambda r: r.update(loss=math.nan))),
     "inf grad_norm": ("nonfinite", lambda rs: once(rs, lambda r: r.update(grad_norm=math.inf))),
@@ -138,8 +147,7 @@ FAULTS: dict[str, tuple[str, Inject]] = {
         learning_rate=float(r["learning_rate"]) * 3))),
     "lr frozen": ("learning_rate", frozen_lr),
     "lr zero": ("learning_rate", lambda rs: each(rs, lambda r: r.update(learning_rate=0.0))),
-    "throughput x0.3": ("throughput_drop", lambda rs: each(rs, lambda r: r.update(
-        throughput=float(r["throughput"]) * 0.3))),
+    "throughput x0.3": ("throughput_drop", slower(0.3)),
     "time gap 120 s": ("stall", gap),
 }
 
@@ -220,6 +228,9 @@ def stall_delay() -> tuple[float, float]:
             self.total_steps = None
             self.recent_step_seconds: deque[float] = deque(maxlen=64)
 
+        def step_seconds(self) -> list[float]:
+            return list(self.recent_step_seconds)
+
         @property
         def last_end_wall(self) -> float:
             return time.time() - (time.monotonic() - self.last_end_monotonic)
@@ -233,7 +244,7 @@ def stall_delay() -> tuple[float, float]:
         def handle(self, alert: Alert) -> None:
             found.set()
 
-        def close(self) -> None:
+        def close(self, deadline: float | None = None) -> None:
             return None
 
     monitor = HealthMonitor(settings, sinks=[Catch()])
@@ -291,7 +302,7 @@ def main() -> int:
                 if hits:
                     tally.found += 1
                     tally.delays.append(hits[0].step - START)
-            print(tally.row(fault, expected) + ("  (not a target: within the loss noise)" if fault in HARD else ""))
+            print(tally.row(fault, expected) + ("  (reported, not a target)" if fault in HARD else ""))
             if fault not in HARD and (tally.found < tally.cases or tally.early):
                 misses.append(f"{fault} found {tally.found}/{tally.cases} at {mode}")
             if target and fault == "grad_norm level +1%/step" and tally.delays and max(tally.delays) > 100:

@@ -5,7 +5,7 @@
 Each run is a child process training the CPU quickstart (configs/quickstart_cpu.yaml) through msmon's
 monitor session (file backend, log_interval 1: the view gets every step, its worst case) with its stdout
 and stderr on a real pseudo-terminal drained by this process. The run alternates blocks of ``--block``
-steps without and with the live panel: a full `make_live_view(...)` on the terminal, closed again at the
+steps without and with the live panel as `msmon run` shows it (the console captured, the panel opened), closed at the
 block's end. Alternating about once a second makes other load on a shared machine hit both arms alike,
 which comparing separate processes cannot do here. Every step end is timed by a small callback. The first
 20 steps (graph compile) are skipped, and so are the 2 steps after each switch, where the panel is started
@@ -54,6 +54,11 @@ class Forward:
         if view is not None:
             view.on_record(record)
 
+    def on_status(self, status: Any) -> None:
+        view = self.view
+        if view is not None:
+            view.on_status(status)
+
     def close(self) -> None:
         """The benchmark closes its views itself."""
 
@@ -74,9 +79,10 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
     from msmon.config.loader import load_config
     from msmon.config.split import split_monitor_config
     from msmon.engine.session import MonitorSession
+    from msmon.runner.console import ConsoleCapture
     from msmon.runner.trainer import import_framework, train
     from msmon.validate.validator import validate
-    from msmon.view.live import LiveView, make_live_view
+    from msmon.view.live import open_panel
 
     result = validate(load_config(config))
     assert result.valid, [f.message for f in result.findings if f.is_error]
@@ -104,20 +110,24 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
             self.rows.append((now, forward.view is not None, (count - 1) // block))
             if count % block:
                 return
-            if forward.view is None:
-                view = make_live_view(sys.stdout.isatty(), False, steps, session=session, run_dir=run_dir)
-                assert isinstance(view, LiveView), "stdout is not a terminal"
+            if forward.view is None:  # as msmon run shows it: the console captured, the panel on the terminal
+                assert sys.stdout.isatty(), "stdout is not a terminal"
+                self.capture = ConsoleCapture(run_dir / "console.log")
+                view = open_panel(steps, self.capture.terminal_stream())
+                self.capture.start(lambda: view.print_above)
                 forward.view, self._shown_since = view, time.perf_counter()
             else:
                 view, forward.view = forward.view, None
                 self.view_cpu += thread_cpu_seconds(view._thread.native_id)
                 view.close()
+                self.capture.stop()
                 self.view_wall += time.perf_counter() - self._shown_since
 
     alternate = Alternate()
     train(training, [session.callback(), alternate], logs)
     if forward.view is not None:
         forward.view.close()
+        alternate.capture.stop()
     session.close("completed")
     timed = []
     for index in range(1, len(alternate.rows)):

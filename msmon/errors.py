@@ -29,3 +29,24 @@ class MsmonError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message that says something: separator lines and MindSpore's section
+    titles (``- Kernel select failed:`` between two rules of dashes) are skipped, so a kernel failure reads
+    ``Unsupported op [FlashAttentionScore] on CPU, ...``."""
+    for line in str(exc).strip().splitlines():
+        text = line.strip()
+        if any(ch.isalnum() for ch in text) and not (text.startswith("- ") and text.endswith(":")):
+            return text
+    return type(exc).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: ``Type: first meaningful line of the message`` (an MsmonError is already
+    written for the user: its message and hint)."""
+    if isinstance(exc, MsmonError):
+        return str(exc)
+    line = first_line(exc)
+    name = type(exc).__name__
+    return name if line == name else f"{name}: {line}"

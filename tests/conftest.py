@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -50,6 +51,32 @@ def tree_snapshot(root: Path) -> dict[str, str]:
         else:
             snapshot[rel] = "other"
     return snapshot
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of a program a test drives. Missing: the test is skipped on a developer's machine, but fails in
+    CI (``CI=true``, set by .ci/run), where a skipped browser or tmux test would hide a broken check."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed ({install})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def require_immutable_files(directory: Path) -> None:
+    """Skip (with the reason) unless ``chattr +i`` works here: it needs root, chattr, and a file system that
+    supports the immutable attribute (ext4 does, tmpfs and overlayfs may not)."""
+    if os.geteuid() != 0 or shutil.which("chattr") is None:
+        pytest.skip("making a directory read-only for root needs root and chattr")
+    probe = directory / ".immutable-probe"
+    probe.write_text("x")
+    made = subprocess.run(["chattr", "+i", str(probe)], capture_output=True)
+    subprocess.run(["chattr", "-i", str(probe)], capture_output=True)
+    probe.unlink()
+    if made.returncode != 0:
+        pytest.skip(f"this file system has no immutable attribute: {made.stderr.decode().strip()}")
 
 
 @pytest.fixture

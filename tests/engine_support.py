@@ -18,6 +18,7 @@ from typing import Any
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backends.base import Backend
 from msmon.engine.backends.file import FileBackend
+from msmon.util.files import LineFile
 
 VENV_BIN = str(Path(sys.executable).parent)
 
@@ -106,7 +107,7 @@ class DevFullBackend(FileBackend):
     name = "devfull"
 
     def open(self) -> None:
-        self._jsonl = open("/dev/full", "w", encoding="utf-8")  # noqa: SIM115
+        self._jsonl = LineFile(Path("/dev/full"))
 
 
 FAKES = (MemoryBackend, FailingBackend, BlockingBackend, FlakyNetworkBackend, DevFullBackend)
@@ -266,7 +267,7 @@ def summary_scalars(run_dir: Path) -> dict[int, dict[str, float]]:
 
     from mindinsight.datavisual.proto_files import mindinsight_summary_pb2
 
-    (path,) = sorted(Path(run_dir).glob("*.summary.*"))
+    (path,) = sorted(p for p in Path(run_dir).glob("*.summary.*") if not p.name.endswith("_lineage"))
     data, offset, result = path.read_bytes(), 0, {}
     while offset < len(data):
         (length,) = struct.unpack("<Q", data[offset : offset + 8])

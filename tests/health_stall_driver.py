@@ -1,7 +1,7 @@
 """Child process for the health end-to-end stall test: the real quickstart Trainer, monitored, with a test
 callback that blocks training at one step until the watchdog's alert is in alerts.jsonl.
 
-    python health_stall_driver.py WORKDIR STEPS BLOCK_AT
+    python health_stall_driver.py WORKDIR STEPS BLOCK_AT [LOG_INTERVAL]
 
 Prints one JSON line: the step it blocked at, when that step ended (monotonic), how long until the
 alert appeared while blocked (null if it never did), and the session/health summary.
@@ -27,9 +27,10 @@ MAX_BLOCK_S = 45.0
 
 def main() -> int:
     work, steps, block_at = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    interval = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     os.chdir(work)
-    health = {"stall": {"floor_s": 1.0, "poll_s": 0.1}}
-    path = write_quickstart_config(work, steps=steps, log_interval=1, monitor_type=["file"], health=health)
+    health = {"stall": {"floor_s": 3.0, "poll_s": 0.1}}  # 1 s: a busy shared machine stalled a step that long
+    path = write_quickstart_config(work, steps=steps, log_interval=interval, monitor_type=["file"], health=health)
     training, ours = quickstart_parts(path)
     settings, findings = build(MonitorSettings, ours, "monitor_config", ignore=MINDFORMERS_MONITOR_KEYS)
     assert not findings, findings

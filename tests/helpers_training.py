@@ -6,8 +6,9 @@
     training, monitor = quickstart_parts(path)       # mindformers' dict (msmon keys removed), msmon's keys
     msmon.runner.trainer.train(training, [callback], tmp_path / "logs")   # the real Trainer on CPU
 
-``write_quickstart_config(directory, *, steps=None, overrides=None, **monitor_overrides) -> Path``
-copies configs/quickstart_cpu.yaml to ``directory/quickstart.yaml`` (interpolations kept) with
+``write_quickstart_config(directory, *, steps=None, overrides=None, source=QUICKSTART, **monitor_overrides)
+-> Path`` copies configs/quickstart_cpu.yaml (or ``source``: ``QUICKSTART_QWEN3`` is the Qwen3 mcore one,
+``QUICKSTARTS`` names both for parametrising) to ``directory/quickstart.yaml`` (interpolations kept) with
 ``save_dir`` = ``directory/monitor_logs``, ``run_name`` = ``test_run`` and ``verbose`` false unless given,
 ``steps`` training steps (batch 2, 400 by default), ``overrides`` as dotted-key -> value for any other
 section, and ``monitor_overrides`` as monitor_config keys. Run tests inside tmp_path (monkeypatch.chdir):
@@ -18,12 +19,18 @@ dataset into $MSMON_CACHE_DIR (default ~/.cache/msmon, < 1 s).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart_cpu.yaml"
+QUICKSTART_QWEN3 = QUICKSTART.with_name("quickstart_qwen3_cpu.yaml")
+#: Both model paths (same batch size and step key): the legacy Llama and the mcore Qwen3 mindformers ships.
+QUICKSTARTS = {"legacy": QUICKSTART, "mcore": QUICKSTART_QWEN3}
+#: The project (monitor_config.project_name) each quickstart writes its runs under.
+PROJECTS = {"legacy": "quickstart", "mcore": "quickstart_qwen3"}
 BATCH_SIZE = 2
 
 
@@ -32,11 +39,12 @@ def write_quickstart_config(
     *,
     steps: int | None = None,
     overrides: dict[str, Any] | None = None,
+    source: Path = QUICKSTART,
     **monitor_overrides: Any,
 ) -> Path:
-    """A copy of the quickstart config in ``directory`` with its outputs kept inside ``directory``."""
+    """A copy of a quickstart config in ``directory`` with its outputs kept inside ``directory``."""
     directory = Path(directory)
-    conf = OmegaConf.load(QUICKSTART)
+    conf = OmegaConf.load(source)
     monitor = {"save_dir": str(directory / "monitor_logs"), "run_name": "test_run", "verbose": False}
     monitor.update(monitor_overrides)
     for key, value in monitor.items():
@@ -56,3 +64,35 @@ def quickstart_parts(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from msmon.config.split import split_monitor_config
 
     return split_monitor_config(load_config(path).resolved())
+
+
+_STEP = re.compile(r"step:\[\s*(\d+)/")
+_FIELDS = {
+    "loss": re.compile(r"(?<![a-z_])loss:\[?\s*([^/,\]\s]+)"),
+    "learning_rate": re.compile(r"(?<![a-z_])lr: ([^,\s]+)"),
+    "grad_norm": re.compile(r"global_norm: \[?([^\],\s]+)"),
+    "loss_lm": re.compile(r"lm_loss: ([^,\s]+)"),
+    "loss_mtp": re.compile(r"mtp_loss: ([^,\s]+)"),
+    "loss_aux": re.compile(r"load_balancing_loss: ([^,\s]+)"),
+}
+
+
+def mindformers_step_lines(run_dir: str | Path, rank: int = 0) -> dict[int, dict[str, float]]:
+    """step -> the values ``MFLossMonitor`` printed for it (``{ Epoch:[..], step:[..], loss:[..] ...`` lines of
+    ``<run dir>/logs/output/log/rank_N/info.log``), under msmon's metric names."""
+    log = Path(run_dir) / "logs" / "output" / "log" / f"rank_{rank}" / "info.log"
+    return parse_step_lines(log.read_text(encoding="utf-8", errors="replace"))
+
+
+def parse_step_lines(text: str) -> dict[int, dict[str, float]]:
+    """``mindformers_step_lines`` of any text holding MFLossMonitor's lines (its log file, or the terminal
+    output of a run, which still has them when a full disk stopped the log file)."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in text.splitlines():
+        step = _STEP.search(line)
+        if step is None or "Epoch:[" not in line:
+            continue
+        steps[int(step.group(1))] = {
+            name: float(match.group(1)) for name, pattern in _FIELDS.items() if (match := pattern.search(line))
+        }
+    return steps

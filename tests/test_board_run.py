@@ -41,7 +41,9 @@ def test_run_with_kept_board(tmp_path: Path) -> None:
         while True:
             with urllib.request.urlopen(f"{board['url']}v1/mindinsight/datavisual/train-jobs", timeout=5) as resp:
                 jobs = json.loads(resp.read())
-            if jobs["total"] or time.monotonic() > deadline:
+            # MindInsight lists the job once it sees the lineage file; its scalars arrive a load cycle later
+            loaded = [job for job in jobs["train_jobs"] if "loss/scalar" in job["plugins"]["scalar"]]
+            if loaded or time.monotonic() > deadline:
                 break
             time.sleep(1)
         (job,) = jobs["train_jobs"]

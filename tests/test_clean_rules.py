@@ -15,7 +15,7 @@ import pytest
 
 from msmon.errors import MsmonError
 from msmon.ops.clean import clean
-from msmon.ops.durations import format_duration, parse_duration
+from msmon.util.durations import format_duration, parse_duration
 
 DAY = 86400.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from msmon.cli.docgen import render_cli
-from msmon.config.docgen import render
+from msmon.cli.docgen import render_config as render
 from msmon.validate.codes import CODES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -13,13 +13,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_config_reference_is_current() -> None:
     assert (REPO / "docs" / "config.md").read_text(encoding="utf-8") == render(), (
-        "docs/config.md is stale: run `python -m msmon.config.docgen docs/config.md`"
+        "docs/config.md is stale: run `python -m msmon.cli.docgen`"
     )
 
 
 def test_cli_reference_is_current() -> None:
     assert (REPO / "docs" / "cli.md").read_text(encoding="utf-8") == render_cli(), (
-        "docs/cli.md is stale: run `python -m msmon.cli.docgen docs/cli.md`"
+        "docs/cli.md is stale: run `python -m msmon.cli.docgen`"
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_immutable_files
 from engine_support import MlflowServer, read_jsonl, wait_until
 
 pytestmark = pytest.mark.training
@@ -64,6 +65,7 @@ def test_backend_blocking_two_seconds_per_write(tmp_path):
 
 
 def test_save_dir_made_read_only_mid_run(tmp_path):
+    require_immutable_files(tmp_path)
     run_dir = tmp_path / "logs" / "p" / "r"
     try:
         proc, summary, seen = drive(tmp_path, monitor_type=["file", "memory"], steps=150, sleep=0.005,

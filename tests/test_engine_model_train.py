@@ -10,7 +10,7 @@ import pytest
 from engine_support import read_jsonl
 from test_engine_faults import drive, warnings_about
 
-pytestmark = pytest.mark.training
+pytestmark = [pytest.mark.training, pytest.mark.compat_smoke]
 
 
 def test_model_train_records_loss_lr_throughput_and_warns_about_grad_norm(tmp_path: Path, monkeypatch):

@@ -3,9 +3,11 @@ the JSONL file, MindInsight's REST API, TensorBoard's EventAccumulator and an ML
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,6 @@ from typing import Any
 
 import pytest
 from engine_support import (
-    Capture,
     MindInsightServer,
     MlflowServer,
     post_json,
@@ -21,31 +22,21 @@ from engine_support import (
     summary_scalars,
     wait_until,
 )
-from helpers_training import quickstart_parts, write_quickstart_config
+from helpers_training import QUICKSTARTS, quickstart_parts, write_quickstart_config
 
 from msmon.config.coerce import build
 from msmon.config.schema import MonitorSettings
 from msmon.engine.session import MonitorSession, SessionSummary
 
-pytestmark = [pytest.mark.training, pytest.mark.board]
+pytestmark = [pytest.mark.training, pytest.mark.board, pytest.mark.compat_smoke]
 
 STEPS, INTERVAL = 40, 5
 METRICS = ["loss", "grad_norm", "learning_rate", "throughput", "global_step", "step_time_ms", "loss_scale",
            "overflow", "epoch", "host_memory_mb"]
 SCALARS = ["loss", "grad_norm", "learning_rate", "throughput", "samples_per_s", "step_time_ms", "loss_scale",
            "grad_norm_mean", "grad_norm_max", "loss_mean"]
-ALERT = {"time": 0.0, "step": 20, "detector": "loss_spike", "severity": "warning", "message": "loss spiked",
-         "values": {"loss": 9.5}, "action": "alert"}
+DRIVER = Path(__file__).resolve().parent / "engine_trainer_driver.py"
 NAN_VALUES = {"loss": math.nan, "grad_norm": math.inf, "learning_rate": -math.inf}
-
-
-class LogLines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.levelno, record.getMessage()))
 
 
 @dataclass
@@ -59,6 +50,7 @@ class Run:
     mlflow: MlflowServer
     mindinsight: MindInsightServer
     nan_dir: Path
+    pid: int  # of the training process
 
 
 def _nan_session(settings: MonitorSettings) -> Path:
@@ -73,54 +65,36 @@ def _nan_session(settings: MonitorSettings) -> Path:
     return nan.run_dir()
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory):
-    base = tmp_path_factory.mktemp("engine_trainer")
-    previous = os.getcwd()
-    os.chdir(base)
-    handler = LogLines()
-    logger = logging.getLogger("msmon")
-    logger.addHandler(handler)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
+@pytest.fixture(scope="module", params=list(QUICKSTARTS))
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp(f"engine_trainer_{request.param}")
     mlflow = MlflowServer(base / "mlflow")
     mindinsight = None
     try:
         path = write_quickstart_config(
             base, steps=STEPS, log_interval=INTERVAL, verbose=True, track_metrics=METRICS,
             monitor_type=["file", "mindinsight", "tensorboard", "mlflow"], mlflow={"tracking_uri": mlflow.url},
+            source=QUICKSTARTS[request.param],
         )
-        training, monitor = quickstart_parts(path)
+        _, monitor = quickstart_parts(path)
         settings, findings = build(MonitorSettings, monitor, "monitor_config")
         assert not findings
-        from mindspore.train import Callback
-
-        outputs: dict[int, list[Any]] = {}
-        capture = Capture()
-        session = MonitorSession(settings, settings.run_dir(), config=training, listeners=[capture]).start()
-
-        class Outputs(Callback):
-            def on_train_step_end(self, run_context: Any) -> None:
-                params = run_context.original_args()
-                outputs[params.cur_step_num] = [o.asnumpy().item() for o in params.net_outputs]
-                if params.cur_step_num == ALERT["step"]:
-                    session.emit_alert(dict(ALERT, time=time.time()))
-
-        from msmon.runner.trainer import train
-
-        train(training, [session.callback(), Outputs()], base / "logs")
-        summary = session.close("completed")
+        out = base / "result.json"
+        done = subprocess.run([sys.executable, str(DRIVER), str(path), str(out)], cwd=base, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(out.read_text())
+        summary = SessionSummary(**result["summary"])
+        outputs = {int(step): values for step, values in result["outputs"].items()}
+        logs = [(level, text) for level, text in result["logs"]]
         nan_dir = _nan_session(settings)
         mindinsight = MindInsightServer(Path(settings.save_dir) / settings.project_name)
-        yield Run(settings, settings.run_dir(), summary, capture.records, outputs, handler.lines, mlflow,
-                  mindinsight, nan_dir)
+        yield Run(settings, settings.run_dir(), summary, result["records"], outputs, logs, mlflow, mindinsight,
+                  nan_dir, result["pid"])
     finally:
         if mindinsight is not None:
             mindinsight.stop()
         mlflow.stop()
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-        os.chdir(previous)
 
 
 def test_records_hold_what_the_trainer_returned(run: Run):
@@ -169,7 +143,7 @@ def test_heartbeat_names_the_last_step(run: Run):
     import json
 
     beat = json.loads((run.run_dir / "heartbeat.json").read_text())
-    assert beat["step"] == STEPS and beat["pid"] == os.getpid() and beat["rank"] == 0 and beat["host"]
+    assert beat["step"] == STEPS and beat["pid"] == run.pid and beat["rank"] == 0 and beat["host"]
 
 
 def test_mindinsight_serves_every_metric(run: Run):

@@ -24,9 +24,9 @@ from engine_support import (
 
 from msmon.engine.backends import backend_class, backend_names, register_backend, unregister_backend
 from msmon.engine.callback import StepObserver, split_outputs
+from msmon.engine.drop_queue import DropQueue
 from msmon.engine.record import StepProgress, console_line
 from msmon.engine.session import MonitorSession
-from msmon.engine.writer import DropQueue
 
 
 @pytest.fixture(autouse=True)
@@ -239,15 +239,27 @@ def test_nan_and_inf_stay_what_they_are_in_jsonl_and_csv(tmp_path):
     assert [row["loss"] for row in rows] == ["nan", "inf", "-inf", "0.5"] and rows[0]["grad_norm"] == ""
 
 
-def test_dead_series_warns_once(tmp_path, caplog):
+@pytest.mark.parametrize("enabled", [True, False])
+def test_dead_series_is_found_once_by_the_health_detector_and_obeys_its_switch(tmp_path, enabled):
+    """One dead-series check (the health detector): it used to run twice, once ignoring `enabled`."""
+    from dataclasses import replace
+
+    from msmon.health import attach
+
     s = settings(tmp_path, track_metrics=["loss", "grad_norm", "learning_rate"])
+    health = replace(s.health, dead_series=replace(s.health.dead_series, enabled=enabled))
+    s = replace(s, health=replace(health, stall=replace(health.stall, enabled=False)))
     session = MonitorSession(s, s.run_dir()).start()
+    handle = attach(session, s, s.run_dir())
     for step in range(1, 41):
-        session.writer.put({"step": step, "time": 1.0, "rank": 0, "loss": 6.907755, "grad_norm": 0.0,
+        session.writer.put({"step": step, "time": float(step), "rank": 0, "loss": 6.907755, "grad_norm": 0.0,
                             "learning_rate": 0.01})
     session.close("completed")
-    dead = msmon_warnings(caplog, "dead or fake series")
-    assert len(dead) == 2 and any("'loss'" in w for w in dead) and any("'grad_norm'" in w for w in dead)
+    alerts = [a for a in handle.monitor.alerts if a.detector == "dead_series"]
+    if enabled:
+        assert len(alerts) == 1 and "grad_norm is exactly 0" in alerts[0].message  # then rate-limited
+    else:
+        assert alerts == []
 
 
 def test_disk_guard_stops_heavy_outputs_and_keeps_the_jsonl(tmp_path, caplog):
@@ -329,9 +341,9 @@ def test_mlflow_down_at_start_never_blocks_and_warns_once(tmp_path, caplog):
 
 
 def test_mlflow_params_are_flat_valid_and_never_hold_secrets():
-    from msmon.engine.backends.mlflow import flatten, param_key
+    from msmon.engine.backends.mlflow import param_key, param_values
 
-    flat = flatten({"model": {"model_config": {"seq_length": 64}}, "alerts": {"webhook_url": "https://x/T0k3n"},
+    flat = param_values({"model": {"model_config": {"seq_length": 64}}, "alerts": {"webhook_url": "https://x/T0k3n"},
                     "api_key": "sk-1", "layers": [1, 2], "note": "x" * 7000})
     assert flat["model.model_config.seq_length"] == "64" and flat["layers"] == "[1, 2]"
     assert flat["alerts.webhook_url"] == "***" and flat["api_key"] == "***"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from msmon.config.coerce import build
-from msmon.health.checks import check_health
-from msmon.health.settings import HealthSettings
+from msmon.config.health import HealthSettings
+from msmon.validate.health import check_health
 
 SCHEDULE = {"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3}}
 
@@ -38,3 +38,35 @@ def test_ranges_url_command_and_schedule():
     assert findings({"alerts": {"webhook_url": "http://127.0.0.1:9/h", "command": [sys.executable]}}) == []
     assert findings({"alerts": {"command": []}})[0][:2] == ("MS803", "monitor_config.health.alerts.command")
     assert findings({"learning_rate": {"peak": 1e-3}}, {}) == []
+
+
+def test_every_numeric_health_setting_declares_its_range():
+    """The ranges live on the fields (doc(..., at_least/above/at_most)): none can be forgotten."""
+    import dataclasses
+    import typing
+
+    def numeric_fields(cls: type, prefix: str = "") -> list[tuple[str, dict]]:
+        found = []
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                found += numeric_fields(hints[f.name], f"{prefix}{f.name}.")
+            elif {int, float} & set(typing.get_args(hints[f.name]) or (hints[f.name],)):
+                found.append((f"{prefix}{f.name}", dict(f.metadata)))
+        return found
+
+    fields = numeric_fields(HealthSettings)
+    assert len(fields) > 30
+    unbounded = [key for key, meta in fields if all(meta.get(k) is None for k in ("at_least", "above", "at_most"))]
+    assert unbounded == []
+
+
+def test_ranges_that_the_old_table_missed_are_checked():
+    got = findings({"grad_explosion": {"t_stat": -1.0, "absolute_threshold": 0.0}, "learning_rate": {"tolerance": -0.1},
+                    "throughput_drop": {"warmup": 0}})
+    assert [(code, path) for code, path, _ in got] == [
+        ("MS801", "monitor_config.health.grad_explosion.t_stat"),
+        ("MS801", "monitor_config.health.grad_explosion.absolute_threshold"),
+        ("MS801", "monitor_config.health.learning_rate.tolerance"),
+        ("MS801", "monitor_config.health.throughput_drop.warmup"),
+    ]

@@ -8,17 +8,7 @@ import random
 import pytest
 
 from msmon.config.coerce import build
-from msmon.config.schema import MonitorSettings
-from msmon.health.detectors import build_detectors
-from msmon.health.detectors.dead_series import DeadSeriesDetector
-from msmon.health.detectors.grad_explosion import GradExplosionDetector
-from msmon.health.detectors.learning_rate import LearningRateDetector, schedule_from_config
-from msmon.health.detectors.loss_spike import LossSpikeDetector
-from msmon.health.detectors.nonfinite import NonFiniteDetector
-from msmon.health.detectors.stall import StallDetector, calibrate
-from msmon.health.detectors.throughput_drop import ThroughputDropDetector
-from msmon.health.monitor import HealthMonitor
-from msmon.health.settings import (
+from msmon.config.health import (
     DeadSeriesSettings,
     GradExplosionSettings,
     HealthSettings,
@@ -28,6 +18,17 @@ from msmon.health.settings import (
     StallSettings,
     ThroughputDropSettings,
 )
+from msmon.config.schedule import schedule_from_config
+from msmon.config.schema import MonitorSettings
+from msmon.health.detectors import build_detectors
+from msmon.health.detectors.dead_series import DeadSeriesDetector
+from msmon.health.detectors.grad_explosion import GradExplosionDetector
+from msmon.health.detectors.learning_rate import LearningRateDetector
+from msmon.health.detectors.loss_spike import LossSpikeDetector
+from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.detectors.stall import StallDetector, calibrate
+from msmon.health.detectors.throughput_drop import ThroughputDropDetector
+from msmon.health.monitor import HealthMonitor
 
 
 def healthy(steps: int = 300, seed: int = 0, interval: int = 1) -> list[dict]:
@@ -171,8 +172,12 @@ def test_throughput_drop_needs_a_lasting_slowdown():
     assert fired(ThroughputDropDetector(ThroughputDropSettings()), dip) == []
     drop = [{**r, "throughput": r["throughput"] * 0.3} if r["step"] >= 100 else r for r in records]
     hits = fired(ThroughputDropDetector(ThroughputDropSettings()), drop)
-    assert len(hits) == 1 and hits[0][0] == 202  # min_steps 100 after the slowness began
+    assert len(hits) == 1 and hits[0][0] == 252  # min_steps 150 after the slowness began
     assert hits[0][1].values["since_step"] == 100 + 2  # the median of the last 5 turns slow on the 3rd
+    lasting = [{**r, "throughput": r["throughput"] * 0.6} if r["step"] >= 100 else r for r in records]
+    assert [step for step, _ in fired(ThroughputDropDetector(ThroughputDropSettings()), lasting)] == [252]
+    mild = [{**r, "throughput": r["throughput"] * 0.75} if r["step"] >= 100 else r for r in records]
+    assert fired(ThroughputDropDetector(ThroughputDropSettings()), mild) == []
 
 
 def test_stall_calibration_and_gap_check():
@@ -214,6 +219,16 @@ def test_watchdog_check_reports_a_stall_once_with_the_last_step():
     assert det.check(2.5, 8, 1001.0, [0.1] * 5) is not None
 
 
+def test_before_the_first_step_only_the_first_step_timeout_applies():
+    """Issue 12 (5): timeout_s 5 on the 2-rank quickstart fired a critical stall at step 0 while the graph
+    compiled. Until a step has ended, timeout_s and the calibration do not apply."""
+    det = StallDetector(StallSettings(timeout_s=5.0, first_step_timeout_s=100.0))
+    assert det.check(30.0, None, None, []) is None
+    late = det.check(101.0, None, None, [])
+    assert late is not None and late.values["timeout_s"] == 100.0 and "no step has ended yet" in late.message
+    assert det.check(6.0, 1, 1000.0, []) is not None  # once a step has ended: timeout_s
+
+
 class Collect:
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
@@ -222,7 +237,7 @@ class Collect:
     def handle(self, alert):
         self.got.append(alert)
 
-    def close(self):
+    def close(self, deadline=None):
         return None
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msmon.config.health import HealthSettings
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor
 from msmon.health.replay import parse_record
-from msmon.health.settings import HealthSettings
 
 METRICS = ["loss", "grad_norm", "learning_rate", "throughput", "samples_per_s", "step_time_ms", "overflow"]
 values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6), st.booleans(),

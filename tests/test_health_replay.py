@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from msmon.config.health import HealthSettings
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor
 from msmon.health.replay import parse_record, read_records, replay
-from msmon.health.settings import HealthSettings
 
 TRACES = Path(__file__).resolve().parent.parent / "bench" / "traces"
 MSMON = [sys.executable, "-m", "msmon"]

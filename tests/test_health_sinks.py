@@ -8,15 +8,15 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from msmon.config.health import AlertSettings, HealthSettings, StallSettings
+from msmon.engine.record import StepProgress
 from msmon.health import HealthHandle, attach
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
-from msmon.health.settings import AlertSettings, HealthSettings, StallSettings
 from msmon.health.sinks import AlertFile, CommandSink, ConsoleSink, WebhookSink
 from msmon.health.watchdog import Watchdog
 
@@ -103,18 +103,8 @@ def test_alert_file_and_console(tmp_path, caplog):
     assert caplog.records[0].getMessage().startswith("HEALTH ALERT [critical] step 7 nonfinite: loss is NaN")
 
 
-class Progress:
-    """The session's StepProgress surface the watchdog reads."""
-
-    def __init__(self) -> None:
-        self.last_step = 0
-        self.last_end_monotonic = time.monotonic()
-        self.total_steps: int | None = None
-        self.recent_step_seconds: deque[float] = deque(maxlen=64)
-
-    @property
-    def last_end_wall(self) -> float | None:
-        return time.time() - (time.monotonic() - self.last_end_monotonic) if self.last_step else None
+class Progress(StepProgress):
+    """The session's StepProgress, stepped by the test."""
 
     def step(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -177,8 +167,8 @@ class FakeSession:
 
 
 def test_attach_wires_every_sink_and_the_stop_action(tmp_path, webhook_server):
+    from msmon.config.health import NonFiniteSettings
     from msmon.config.schema import MonitorSettings
-    from msmon.health.settings import NonFiniteSettings
 
     url, received = webhook_server
     settings = MonitorSettings(health=HealthSettings(nonfinite=NonFiniteSettings(action="stop"),

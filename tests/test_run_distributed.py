@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from conftest import run_msmon
+from helpers_ranks import processes_of
 from helpers_training import write_quickstart_config
 
 STEPS = 30
@@ -53,22 +53,7 @@ def test_two_cpu_ranks_train_data_parallel_with_one_metrics_file(tmp_path: Path)
         status = json.loads((run_dir / "logs" / f"rank_{rank}.result.json").read_text())
         assert status["status"] == "completed"
     assert not (tmp_path / "output").exists()
-    assert _processes_of(run_dir) == []
-
-
-def _processes_of(run_dir: Path) -> list[str]:
-    """Live processes started for this run (msrun, its scheduler, the ranks, tail)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            line = " ".join(proc.info["cmdline"] or [])
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if str(run_dir) in line or str(run_dir) in proc.environ().get("MSMON_WORKER_SPEC", ""):
-                found.append(line)
-        except psutil.Error:
-            continue
-    return found
+    assert processes_of(run_dir) == []
 
 
 @pytest.mark.training
@@ -101,4 +86,4 @@ def test_sigint_stops_every_rank_and_leaves_no_process(tmp_path: Path) -> None:
     for rank in (0, 1):
         assert json.loads((run_dir / "logs" / f"rank_{rank}.result.json").read_text())["status"] == "interrupted"
     assert info["last_step"] < 400
-    assert _processes_of(run_dir) == []
+    assert processes_of(run_dir) == []

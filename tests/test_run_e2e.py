@@ -15,10 +15,16 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import run_msmon
-from helpers_training import write_quickstart_config
+from helpers_training import PROJECTS, QUICKSTARTS, mindformers_step_lines, write_quickstart_config
+
+from msmon.compat import installed_versions
+
+pytestmark = pytest.mark.compat_smoke
 
 STEPS = 60
 INTERVAL = 10
+#: MFLossMonitor's line: ``{ Epoch:[  1/  1], step:[   10/   60], loss:[6.123456/6.5], ...`` (sink mode: ``loss: x``)
+MF_STEP_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\s*\[?\s*([-+\w.]+)")
 
 
 def _no_leftovers(marker: str) -> list[str]:
@@ -39,17 +45,19 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.fixture(scope="module")
-def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """One real `msmon run` of the quickstart (reduced steps) with the board beside it, kept afterwards."""
-    root = tmp_path_factory.mktemp("e2e")
-    config = write_quickstart_config(root, steps=STEPS, run_name="e2e_run", verbose=True)
+@pytest.fixture(scope="module", params=list(QUICKSTARTS))
+def quickstart_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One real `msmon run` of a quickstart (reduced steps; both model paths) with the board beside it, kept
+    afterwards."""
+    path = request.param
+    root = tmp_path_factory.mktemp(f"e2e_{path}")
+    config = write_quickstart_config(root, steps=STEPS, run_name="e2e_run", verbose=True, source=QUICKSTARTS[path])
     env = {"MSMON_HOME": str(root / "home"), "MSMON_CACHE_DIR": str(root / "cache")}
     try:
         result = run_msmon("run", str(config), "--board", "--port", "0", "--keep-board", cwd=root, env=env,
                            timeout=600)
-        yield {"root": root, "config": config, "result": result,
-               "run_dir": root / "monitor_logs" / "quickstart" / "e2e_run", "env": env}
+        yield {"root": root, "config": config, "result": result, "path": path, "project": PROJECTS[path],
+               "run_dir": root / "monitor_logs" / PROJECTS[path] / "e2e_run", "env": env}
     finally:
         _stop_kept_boards(root / "home")
 
@@ -91,10 +99,11 @@ def test_run_json_says_what_ran_and_how_it_ended(quickstart_run: dict) -> None:
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["exit_code"] == 0 and info["error"] is None
     assert info["last_step"] == STEPS
-    assert info["run_name"] == "e2e_run" and info["project_name"] == "quickstart"
+    assert info["run_name"] == "e2e_run" and info["project_name"] == quickstart_run["project"]
     assert info["run_dir"] == str(run_dir) and info["cwd"] == str(quickstart_run["root"])
     assert info["device_target"] == "CPU" and info["device_count"] == 1
-    assert info["mindspore_version"] == "2.9.0" and info["mindformers_version"] == "1.9.0"
+    versions = installed_versions(["mindspore", "mindformers"])
+    assert info["mindspore_version"] == versions["mindspore"] and info["mindformers_version"] == versions["mindformers"]
     assert info["python_version"].startswith("3.11")
     assert info["command"][:2] == ["msmon", "run"] and info["config_path"] == str(quickstart_run["config"])
     assert info["dropped_records"] == 0 and isinstance(info["alert_count"], int)
@@ -107,7 +116,7 @@ def test_run_json_says_what_ran_and_how_it_ended(quickstart_run: dict) -> None:
 def test_snapshot_is_the_config_as_written_and_nothing_leaks_into_the_cwd(quickstart_run: dict) -> None:
     run_dir, root = quickstart_run["run_dir"], quickstart_run["root"]
     assert (run_dir / "config.yaml").read_bytes() == quickstart_run["config"].read_bytes()
-    assert "${msmon_dataset:quickstart}" in (run_dir / "config.yaml").read_text()
+    assert "${msmon_dataset:" in (run_dir / "config.yaml").read_text()
     resolved = (run_dir / "monitor_config.resolved.yaml").read_text()
     assert "run_name: e2e_run" in resolved and "log_interval: 10" in resolved
     assert (run_dir / "logs" / "msmon.log").is_file()
@@ -149,3 +158,32 @@ def test_the_board_of_the_run_serves_the_same_loss_values_as_metrics_jsonl(quick
     assert sorted(served) == sorted(expected)
     for step, value in expected.items():
         assert served[step] == pytest.approx(value, rel=1e-6)
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_metrics_equal_the_values_mindformers_itself_logged(quickstart_run: dict) -> None:
+    """msmon's loss, grad norm and learning rate at each logged step are the values MFLossMonitor printed into
+    mindformers' own log (both model paths)."""
+    run_dir = quickstart_run["run_dir"]
+    text = (run_dir / "logs" / "output" / "log" / "rank_0" / "info.log").read_text(encoding="utf-8", errors="replace")
+    logged = {int(step): float(loss) for step, loss in MF_STEP_LINE.findall(text)}
+    assert sorted(logged) == list(range(1, STEPS + 1)), sorted(logged)[:5]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(INTERVAL, STEPS + 1, INTERVAL))
+    for row in rows:  # mindformers prints 6 decimals
+        assert row["loss"] == pytest.approx(logged[row["step"]], abs=5e-7), row["step"]
+    printed = mindformers_step_lines(run_dir)
+    for row in rows:  # grad norm and learning rate printed with 8 and 7 significant digits
+        for name in ("grad_norm", "learning_rate"):
+            assert row[name] == pytest.approx(printed[row["step"]][name], rel=2e-6, abs=2e-9), (row["step"], name)
+
+
+@pytest.mark.training
+@pytest.mark.board
+def test_a_dense_model_records_no_loss_parts_and_checkpoints_stay_inside_the_run(quickstart_run: dict) -> None:
+    rows = [json.loads(line) for line in (quickstart_run["run_dir"] / "metrics.jsonl").read_text().splitlines()]
+    assert not any(key.startswith("loss_") and key != "loss_mean" for row in rows for key in row)
+    checkpoints = list((quickstart_run["run_dir"] / "logs" / "output" / "checkpoint").rglob("*.safetensors"))
+    # the mcore quickstart keeps the CheckpointMonitor its shipped config has: one save at the end, in the run
+    assert len(checkpoints) == (1 if quickstart_run["path"] == "mcore" else 0), checkpoints

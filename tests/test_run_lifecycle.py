@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import run_msmon, tree_snapshot
-from helpers_training import write_quickstart_config
+from helpers_checkpoints import checkpoint_tree
+from helpers_training import QUICKSTARTS, write_quickstart_config
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -198,9 +199,15 @@ def test_an_existing_run_directory_is_refused_unless_resume(tmp_path: Path) -> N
     (tmp_path / "monitor_logs" / "quickstart" / "taken" / "metrics.jsonl").write_text("{}\n")
     result = run_msmon("run", str(config), "--dry-run", cwd=tmp_path, env=_env(tmp_path))
     assert result.code == 1 and "MS103" in result.stderr
+    no_run = run_msmon("run", str(config), "--dry-run", "--resume", cwd=tmp_path, env=_env(tmp_path))
+    assert no_run.code == 1 and "nothing to resume at" in no_run.stderr and "no readable run.json" in no_run.stderr
+    (tmp_path / "monitor_logs" / "quickstart" / "taken" / "run.json").write_text('{"status": "interrupted"}')
+    no_checkpoint = run_msmon("run", str(config), "--dry-run", "--resume", cwd=tmp_path, env=_env(tmp_path))
+    assert no_checkpoint.code == 1 and "no complete checkpoint to resume from" in no_checkpoint.stderr
+    checkpoint_tree(tmp_path / "monitor_logs" / "quickstart" / "taken", [10])
     resumed = run_msmon("run", str(config), "--dry-run", "--resume", cwd=tmp_path, env=_env(tmp_path))
     assert resumed.code == 0, resumed.stderr
-    assert "(resume)" in resumed.stdout
+    assert "(resume)" in resumed.stdout and "resume from:   step 10" in resumed.stdout
 
 
 def test_failed_validation_leaves_the_working_directory_byte_for_byte_unchanged(tmp_path: Path) -> None:
@@ -220,7 +227,8 @@ def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path: Path) -> None:
     out = result.stdout
     assert f"run directory: {tmp_path / 'monitor_logs' / 'quickstart' / 'plan'}" in out
     assert "backends:      mindinsight, file" in out
-    assert "MFLossMonitor -> msmon MonitorCallback (every 10 steps)" in out
+    assert "MFLossMonitor -> CheckpointMonitor -> msmon MonitorCallback (every 10 steps)" in out
+    assert "restarts:      none" in out
     assert f"mindinsight start --port 8099 --summary-base-dir {tmp_path / 'monitor_logs' / 'quickstart'}" in out
     assert "-m msmon.runner.worker" in out
     assert tree_snapshot(tmp_path) == before
@@ -254,3 +262,38 @@ def test_distributed_flag_mistakes_are_refused_before_anything_starts(
     result = run_msmon("run", str(config), *args, cwd=tmp_path, env=_env(tmp_path))
     assert result.code in (1, 2) and message in result.stderr
     assert tree_snapshot(tmp_path) == before
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("path", ["legacy", "mcore"])
+def test_a_failed_graph_compile_names_the_error_and_leaves_the_working_directory_alone(
+    tmp_path: Path, path: str
+) -> None:
+    """A graph that cannot compile (the model's sequence is half the data's): the summary line is the real
+    error, and MindSpore's analyze_fail.ir lands in the run directory, not in the working directory."""
+    (tmp_path / "conf").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    config = write_quickstart_config(tmp_path / "conf", steps=10, run_name="nocompile", source=QUICKSTARTS[path],
+                                     save_dir=str(tmp_path / "save"),
+                                     overrides={"model.model_config.seq_length": 32})
+    result = run_msmon("run", str(config), "--plain", cwd=work, env=_env(tmp_path), timeout=300)
+    assert result.code == 3, result.stderr[-2000:]
+    run_dir = next((tmp_path / "save").glob("*/nocompile"))
+    error = json.loads((run_dir / "run.json").read_text())["error"]
+    assert error.startswith("ValueError: For 'Mul', input1.shape and input2.shape need to broadcast")
+    assert f"run failed: {error}" in result.stderr
+    assert list(run_dir.glob("logs/rank_0/om/analyze_fail.ir"))
+    assert tree_snapshot(work) == {}
+
+
+def test_a_kernel_failure_reads_as_the_unsupported_op() -> None:
+    """MindSpore's kernel-selection error (as a CPU run raises it): the section title and rules are skipped."""
+    from msmon.errors import describe
+
+    message = ("\n----------------------------------------------------\n- Kernel select failed:\n"
+               "----------------------------------------------------\nUnsupported op [FlashAttentionScore] on CPU, "
+               "Please confirm whether the device target setting is correct, or refer to 'mindspore.ops' at "
+               "https://www.mindspore.cn to query the operator support list.\n\n---------------------------------"
+               "-------------------\n- The Function Call Stack: (For framework developers)\n")
+    assert describe(RuntimeError(message)).startswith("RuntimeError: Unsupported op [FlashAttentionScore] on CPU, ")

@@ -10,25 +10,26 @@ from pathlib import Path
 import pytest
 from helpers_training import quickstart_parts, write_quickstart_config
 
+from msmon.config import datasets
 from msmon.errors import MsmonError
 from msmon.runner import quickstart
 
 
 def test_dataset_path_is_pure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MSMON_CACHE_DIR", str(tmp_path / "cache"))
-    path = quickstart.dataset_path("quickstart")
+    path = datasets.dataset_path("quickstart")
     assert path == str(tmp_path / "cache" / "datasets" / "quickstart-v1.mindrecord")
-    assert quickstart.is_generated(path)
+    assert datasets.is_generated(path)
     assert not (tmp_path / "cache").exists()
 
 
 def test_unknown_dataset_is_an_error() -> None:
     with pytest.raises(MsmonError, match="unknown generated dataset 'nope'"):
-        quickstart.dataset_path("nope")
+        datasets.dataset_path("nope")
 
 
 def test_sequences_are_deterministic_arithmetic_progressions() -> None:
-    spec = quickstart.DATASETS["quickstart"]
+    spec = datasets.DATASETS["quickstart"]
     rows = quickstart.sequences(spec)
     assert rows.shape == (spec.samples, spec.seq_length + 1)
     assert (rows == quickstart.sequences(spec)).all()
@@ -41,10 +42,11 @@ def test_sequences_are_deterministic_arithmetic_progressions() -> None:
 def test_ensure_dataset_creates_a_readable_mindrecord(tmp_path: Path) -> None:
     code = (
         "import mindspore.dataset as ds; from msmon.runner import quickstart as q\n"
-        "p = q.dataset_path('quickstart'); q.ensure_dataset(p); q.ensure_dataset(p)\n"
+        "from msmon.config import datasets as c\n"
+        "p = c.dataset_path('quickstart'); q.ensure_dataset(p); q.ensure_dataset(p)\n"
         "d = ds.MindDataset(p, columns_list=['input_ids'], shuffle=False)\n"
         "row = next(d.create_dict_iterator(num_epochs=1, output_numpy=True))['input_ids']\n"
-        "print(d.get_dataset_size(), row.dtype, row.shape[0], (row == q.sequences(q.DATASETS['quickstart'])[0]).all())"
+        "print(d.get_dataset_size(), row.dtype, row.shape[0], (row == q.sequences(c.DATASETS['quickstart'])[0]).all())"
     )
     env = dict(os.environ, MSMON_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -63,6 +65,6 @@ def test_write_quickstart_config_keeps_outputs_inside(tmp_path: Path, monkeypatc
     assert monitor["save_dir"] == str(tmp_path / "monitor_logs")
     assert monitor["log_interval"] == 5 and monitor["run_name"] == "test_run"
     assert training["train_dataset"]["data_loader"]["num_samples"] == 60
-    assert training["train_dataset"]["data_loader"]["dataset_dir"] == quickstart.dataset_path("quickstart")
+    assert training["train_dataset"]["data_loader"]["dataset_dir"] == datasets.dataset_path("quickstart")
     assert training["seed"] == 3 and training["monitor_config"] == {"monitor_on": False}
     assert training["runner_wrapper"]["type"] == "MsmonCPUTrainOneStepCell"

@@ -8,11 +8,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers_checkpoints import checkpoint_tree
 from helpers_training import write_quickstart_config
 
 from msmon.errors import MsmonError
-from msmon.runner import launcher, rundir, runinfo
-from msmon.runner.launch import Run, RunRequest, prepare
+from msmon.runner import msrun, results, rundir, runinfo
+from msmon.runner.plan import RunRequest, prepare
+from msmon.runner.supervise import Run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -117,30 +119,37 @@ def _results(run_dir: Path, *rows: dict) -> None:
         ([{"rank": 0, "status": "stopped_by_monitor", "error": "nonfinite"}, {"rank": 1, "status": "interrupted"}],
          0, ("stopped_by_monitor", "nonfinite")),
         ([{"rank": 0, "status": "completed"}], 1, ("failed", None)),
+        ([{"rank": 0, "status": "completed"}], 0, ("failed", None)),
+        # msrun of a second node on the scheduler's host exits 1 after its ranks completed: their results decide
+        ([{"rank": 0, "status": "completed"}, {"rank": 1, "status": "completed"}], 1, ("completed", None)),
     ],
 )
 def test_rank_results_decide_the_run_status(tmp_path: Path, rows: list[dict], code: int, expected: tuple) -> None:
     _results(tmp_path, *rows)
-    result = launcher.Launcher(_request(worker_num=2), tmp_path, "r")._result(code)
+    result = results.decide(results.read_results(tmp_path), returncode=code, ranks_here=[0, 1], distributed=True,
+                            stop_requested=False, where=tmp_path)
     assert result.status == expected[0]
     if expected[1] is not None:
         assert result.error == expected[1]
     else:
-        assert result.error is None or "without a result" in result.error
+        assert result.error is None or "without a result of rank 1" in result.error
 
 
 def test_totals_add_up_over_ranks(tmp_path: Path) -> None:
     _results(tmp_path, {"rank": 0, "last_step": 40, "dropped_records": 2, "alert_count": 1},
              {"rank": 1, "last_step": 40, "dropped_records": 0, "alert_count": 0})
-    assert launcher.Launcher(_request(worker_num=2), tmp_path, "r").totals() == (40, 2, 1)
+    assert results.totals(results.read_results(tmp_path)) == (40, 2, 1)
 
 
 def test_worker_commands() -> None:
-    assert launcher.worker_argv(_request(), Path("/r"))[-2:] == ["-m", "msmon.runner.worker"]
-    argv = launcher.worker_argv(_request(worker_num=8, local_worker_num=4, node_rank=1, master_addr="10.0.0.1"),
+    assert msrun.worker_command(_request(), Path("/r"))[-2:] == ["-m", "msmon.runner.worker"]
+    argv = msrun.worker_command(_request(worker_num=8, local_worker_num=4, node_rank=1, master_addr="10.0.0.1"),
                                 Path("/r"))
     assert "--worker_num=8" in argv and "--local_worker_num=4" in argv and "--node_rank=1" in argv
-    assert "--master_addr=10.0.0.1" in argv and "--log_dir=/r/logs/ranks" in argv
+    assert "--master_addr=10.0.0.1" in argv and "--log_dir=/r/logs/ranks/node_1" in argv  # node 1's scheduler.log
+    assert "--tail_worker_log=0" in argv
+    argv = msrun.worker_command(_request(worker_num=8), Path("/r"), tail_rank=6)
+    assert "--log_dir=/r/logs/ranks" in argv and "--tail_worker_log=6" in argv
     assert argv[-3:] == ["python", "-m", "msmon.runner.worker"]
 
 
@@ -155,7 +164,7 @@ def test_worker_commands() -> None:
 )
 def test_flag_checks(kwargs: dict, message: str) -> None:
     with pytest.raises(MsmonError, match=message) as info:
-        launcher.check_flags(_request(**kwargs))
+        msrun.check_flags(_request(**kwargs))
     assert info.value.exit_code == 2
 
 
@@ -165,7 +174,7 @@ def test_node_ranks_above_zero_join_the_run_directory() -> None:
     assert RunRequest(config="c").run_json == "run.json"
 
 
-def test_resume_reuses_the_run_directory_and_keeps_the_previous_run_json(
+def test_resume_reuses_the_run_directory_and_lists_the_attempts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -179,11 +188,13 @@ def test_resume_reuses_the_run_directory_and_keeps_the_previous_run_json(
     assert none is None and any(f.code == "MS103" for f in refused.findings)
     with pytest.raises(MsmonError, match="already exists"):  # the atomic mkdir, should validation race
         Run(plan, say=lambda line: None).create()
+    checkpoint_tree(plan.run_dir, [10])
     result, resumed = prepare(RunRequest(config=str(config), resume=True))
     assert resumed is not None, [f.message for f in result.findings]
     second = Run(resumed, say=lambda line: None)
     second.create()
     second.finish("completed")
-    assert json.loads((plan.run_dir / "run.previous-1.json").read_text())["error"] == "E: boom"
-    assert runinfo.read_run_info(plan.run_dir)["status"] == "completed"
+    info = runinfo.read_run_info(plan.run_dir)
+    assert [(a["status"], a["error"]) for a in info["attempts"]] == [("failed", "E: boom"), ("completed", None)]
+    assert info["status"] == "completed"
     assert (plan.run_dir / "metrics.jsonl").read_text() == '{"step": 10}\n'

@@ -128,12 +128,45 @@ def test_cli_table_and_errors(save: Path) -> None:
                             env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.strip().splitlines()
-    assert header.split() == ["project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat"]
-    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-3:] == ["0.5", "3", "-"]
-    assert rows[1].split()[:3] == ["p", "dead", "stale"] and rows[1].split()[-1].startswith("11m4")
+    assert header.split() == ["project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat",
+                              "ranks"]
+    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-4:] == ["0.5", "3", "-", "-"]
+    assert rows[1].split()[:3] == ["p", "dead", "stale"] and rows[1].split()[-2].startswith("11m4")
     missing = subprocess.run([sys.executable, "-m", "msmon", "runs", "nowhere"], capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 1 and "nowhere: no such directory" in missing.stderr
     bad = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save), "--stale-after", "soon"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+def test_runs_and_status_show_every_rank(save: Path) -> None:
+    """The per-rank table: rank 1's heartbeat stopped 40 s ago while rank 0 waits in step 13."""
+    run_dir = make_run(save, "p", "dp2", status="running", ended_ago=None)
+    now = time.time()
+    beats = {0: {"state": "training", "alive": now - 0.5, "begun": 13, "begun_time": now - 45, "ended": 12,
+                 "ended_time": now - 45.5, "host": "elsewhere", "pid": 1},
+             1: {"state": "training", "alive": now - 40, "begun": 13, "begun_time": now - 45, "ended": 12,
+                 "ended_time": now - 45.5, "host": "elsewhere", "pid": 2}}
+    (run_dir / "heartbeats").mkdir()
+    for rank, beat in beats.items():
+        (run_dir / "heartbeats" / f"rank_{rank}.json").write_text(json.dumps(beat))
+    env = {**os.environ, "NO_COLOR": "1"}
+    table = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save)], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.strip().splitlines()[1].endswith("rank 1 not responding")
+    status = subprocess.run([sys.executable, "-m", "msmon", "status", str(run_dir)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[2:4]] == [["0", "12"], ["1", "12"]]
+    assert lines[2].split()[4:7] == ["in", "step", "13"] and "not responding" in lines[3]
+    assert lines[4].startswith("no step has ended for ")
+    assert "rank 1 is not responding (process stopped or frozen: no heartbeat for 4" in lines[5]
+    data = json.loads(subprocess.run([sys.executable, "-m", "msmon", "status", str(run_dir), "--json"],
+                                     capture_output=True, text=True, env=env, timeout=60).stdout)
+    assert [r["state"] for r in data["ranks"]] == ["in step 13", "not responding"] and data["stuck"]["ranks"] == [1]
+    missing = subprocess.run([sys.executable, "-m", "msmon", "status", str(save)], capture_output=True, text=True,
+                             env=env, timeout=60)
+    assert missing.returncode == 1 and "not a run directory" in missing.stderr

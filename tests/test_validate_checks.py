@@ -123,6 +123,18 @@ def test_metric_not_exposed_names_the_setting(path, value, metric) -> None:
     assert "runner_wrapper" in finding.hint
 
 
+def test_metric_exposure_is_no_error_when_monitoring_is_off() -> None:
+    cfg = yaml_cfg(with_section("runner_wrapper.use_clip_grad", False))
+    assert not validate_config(cfg).valid  # monitoring on: grad_norm would be a flat line of zeros
+    cfg["monitor_config"]["enable_monitor"] = False
+    result = validate_config(cfg)
+    (finding,) = [f for f in result.findings if f.code == "MS302"]
+    assert not finding.is_error and "monitoring is off" in finding.message and result.valid
+    del cfg["monitor_config"]  # no section: its default metrics were never asked for
+    result = validate_config(cfg)
+    assert result.valid and "MS302" not in codes(result) and "MS000" in codes(result)
+
+
 def yaml_cfg(text: str):
     import yaml
 
@@ -181,7 +193,6 @@ def test_cpu_checks_only_on_cpu() -> None:
         ("model.model_config.use_flash_attention", True, "MS603"),
         ("model.model_config.param_init_type", "bfloat16", "MS604"),
         ("context.mode", 1, "MS607"),
-        ("use_legacy", False, "MS608"),
     ],
 )
 def test_cpu_pitfalls(path, value, code) -> None:

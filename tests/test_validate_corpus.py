@@ -8,6 +8,8 @@ import pytest
 from conftest import run_msmon, tree_snapshot
 from validate_base import BASE_YAML, with_monitor, with_section
 
+pytestmark = pytest.mark.compat_smoke
+
 # (id, file content: str | bytes | None for "no file" | "DIR" for a directory, overrides, exit, text, key path)
 CASES = [
     ("yaml-syntax", "a: [1, 2\nb: 3\n", [], 1, "invalid YAML", "cfg.yaml"),
@@ -59,7 +61,11 @@ CASES = [
      "model.model_config.compute_dtype"),
     ("cpu-stock-wrapper", with_section("runner_wrapper.type", "MFTrainOneStepCell"), [], 1, "MS606",
      "runner_wrapper.type"),
-    ("cpu-monitor-on-dump", with_monitor(monitor_on=True), [], 1, "MS605", "monitor_config.monitor_on"),
+    ("cpu-monitor-on-dump", with_monitor(monitor_on=True, dump_path="./dump"), [], 1, "MS605",
+     "monitor_config.monitor_on"),
+    ("monitor-on-null-dump-path", with_monitor(monitor_on=True), [], 1, "MS008", "monitor_config.monitor_on"),
+    ("lr-negative", with_section("optimizer.type", "AdamW"), ["lr_schedule.learning_rate=-1.e-4"], 1, "MS805",
+     "lr_schedule.learning_rate"),
     ("bad-mindformers-key-type", with_monitor(step_interval="every"), [], 1, "MS002", "monitor_config.step_interval"),
     ("override-bad-type", BASE_YAML, ["monitor_config.log_interval=abc"], 1, "MS002", "monitor_config.log_interval"),
     ("override-unknown-key", BASE_YAML, ["monitor_config.log_intervall=5"], 1, "MS001",

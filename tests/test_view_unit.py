@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_msmon
+from conftest import require_tool, run_msmon
 
 from msmon.errors import MsmonError
+from msmon.util.jsonfiles import read_jsonl
 from msmon.view.compare import compare_runs, differing_keys
-from msmon.view.live import PlainView, StepClock, make_live_view, plain_line, sparkline
+from msmon.view.live import make_live_view, sparkline
+from msmon.view.progress import PlainView, StepClock, plain_line
 from msmon.view.report import build_report
-from msmon.view.series import downsample, load_run, read_jsonl, run_overrides
+from msmon.view.series import downsample, load_run, run_overrides
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -83,9 +85,7 @@ def page_data(html: str) -> dict[str, Any]:
 
 def chromium_open(html: Path, tmp: Path, height: int = 1800) -> tuple[Path, str]:
     """Open ``html`` in headless Chromium: screenshot + DOM after scripts ran; fail on any console message."""
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    binary = shutil.which("chromium-browser") or require_tool("chromium", "apt-get install -y chromium")
     shot = tmp / f"{html.stem}.png"
     dom = ""
     for mode in ("--dump-dom", f"--screenshot={shot}"):
@@ -165,6 +165,27 @@ def test_report_html_embeds_series_alerts_metadata_and_config(tmp_path: Path) ->
     assert "loss jumped to 9.7 (4.1x its recent mean) &lt;b&gt;" in html
     assert "${oc.env:TOKEN}" in html and "CosineWithWarmUpLR" in html
     assert re.search(r"(src|href)=\"(https?:)?//", html) is None  # nothing fetched at view time
+
+
+HOSTILE = """<script>alert("x")</script>' onmouseover="alert(1)" \"&"""
+
+
+def test_report_and_compare_render_names_and_messages_as_text(tmp_path: Path) -> None:
+    """A run name, a status or an alert message that looks like markup stays text (Jinja2 autoescape)."""
+    a, b = make_run(tmp_path, "a"), make_run(tmp_path, "b", lr=1e-3)
+    info = json.loads((a / "run.json").read_text())
+    (a / "run.json").write_text(json.dumps({**info, "run_name": HOSTILE, "status": HOSTILE, "error": HOSTILE}))
+    with (a / "alerts.jsonl").open("a") as handle:
+        handle.write(json.dumps({"time": 1.0, "step": 10, "detector": HOSTILE, "severity": HOSTILE,
+                                 "message": HOSTILE, "values": {HOSTILE: 1.0}, "action": HOSTILE}) + "\n")
+    report = build_report(load_run(a))
+    comparison = tmp_path / "c.html"
+    assert run_msmon("compare", str(a), str(b), "--out", str(comparison)).code == 0
+    for html in (report, comparison.read_text()):
+        assert html.count("<script") == 2  # the page's own data and plotting script, nothing injected
+        assert 'onmouseover="alert(1)"' not in html and '<script>alert("x")' not in html
+        assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&#39; onmouseover=&#34;alert(1)&#34;" in html
+    assert HOSTILE in [a["message"] for a in page_data(report)["alerts"]]  # the plot's tooltip gets the text as data
 
 
 def test_report_of_100k_steps_stays_small(tmp_path: Path) -> None:
@@ -270,10 +291,7 @@ def test_plain_view_prints_one_line_per_record(capsys: pytest.CaptureFixture[str
 
 
 def test_plain_view_defers_to_the_verbose_session_line(capsys: pytest.CaptureFixture[str]) -> None:
-    class Session:
-        settings = type("Settings", (), {"verbose": True})()
-
-    view = make_live_view(console_is_terminal=False, plain=True, total_steps=None, session=Session())
+    view = make_live_view(console_is_terminal=False, plain=True, total_steps=None, verbose=True)
     view.on_record({"step": 10, "time": 1.0, "loss": 2.5})
     assert capsys.readouterr().out == ""
 
@@ -294,14 +312,21 @@ def test_sparkline_and_clock() -> None:
 
 
 LIVE_SCRIPT = """
-import logging, math, sys, time
-from msmon.view.live import make_live_view
+import logging, math, pathlib, sys, tempfile, time
+from msmon.runner.console import ConsoleCapture
+from msmon.view.live import make_live_view, wants_panel
 log = logging.getLogger("mindformers_like")
 handler = logging.StreamHandler(sys.stdout)  # made before the view, like mindformers' own handler
 handler.setFormatter(logging.Formatter("MFLOG %(message)s"))
 log.addHandler(handler)
 log.setLevel(logging.INFO)
-view = make_live_view(sys.stdout.isatty(), "--plain" in sys.argv, 200)
+capture = None
+if wants_panel(sys.stdout.isatty(), "--plain" in sys.argv):  # as the training process of msmon run does
+    capture = ConsoleCapture(pathlib.Path(tempfile.mkdtemp()) / "console.log")
+    view = make_live_view(True, False, 200, terminal=capture.terminal_stream())
+    capture.start(lambda: view.print_above)
+else:
+    view = make_live_view(False, "--plain" in sys.argv, 200)
 late = logging.getLogger("made_while_the_panel_shows")  # like mindformers imported after the panel appeared
 late.addHandler(logging.StreamHandler(sys.stdout))
 for step in range(10, 210, 10):
@@ -314,6 +339,8 @@ for step in range(10, 210, 10):
                        "message": "grad_norm grew 3x while loss fell"})
     time.sleep(0.05)
 view.close()
+if capture is not None:
+    capture.stop()
 late.warning("LATE line after close")
 print("DONE")
 """
@@ -373,8 +400,8 @@ def test_live_panel_on_a_pty_and_plain_lines_on_a_pipe(tmp_path: Path) -> None:
     assert "msmon: step 200/200" in no_color and "╭" not in no_color
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_live_panel_stays_at_the_bottom_in_tmux(tmp_path: Path) -> None:
+    require_tool("tmux", "apt-get install -y tmux")
     script = tmp_path / "live.py"
     script.write_text(LIVE_SCRIPT)
     done = tmp_path / "done"
@@ -419,3 +446,19 @@ def test_report_and_compare_render_in_chromium_without_console_errors(tmp_path: 
 
     pixels = image.imread(shot)
     assert len({tuple(p) for p in pixels.reshape(-1, pixels.shape[-1])[::11]}) > 20
+
+
+def test_every_reader_spells_nan_and_inf_alike(tmp_path: Path) -> None:
+    """One table of NaN/Inf spellings: the report once refused "+inf" that replay accepted."""
+    from msmon.health.replay import parse_record
+
+    run = make_run(tmp_path, "spell", steps=3, alerts=False)
+    rows = [{"step": 40, "time": 2.0, "loss": "+inf"}, {"step": 50, "time": 3.0, "loss": "-Infinity"},
+            {"step": 60, "time": 4.0, "loss": "NaN"}]
+    with (run / "metrics.jsonl").open("a") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in rows))
+    steps, values = load_run(run).series("loss")
+    assert steps[-3:] == [40, 50, 60] and values[-3] == math.inf and values[-2] == -math.inf and math.isnan(values[-1])
+    for row, expected in zip(rows, values[-3:], strict=True):
+        replayed = parse_record(json.dumps(row), "f:1")["loss"]
+        assert replayed == expected or (math.isnan(replayed) and math.isnan(expected))

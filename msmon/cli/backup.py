@@ -9,8 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from msmon.cli.common import handle_errors
-from msmon.cli.runs import wide_console
+from msmon.cli.common import handle_errors, wide_console
 from msmon.errors import ExitCode, MsmonError
 
 
@@ -51,11 +50,12 @@ def _run(
     if list_:
         _list(config, dest)
     elif diff:
-        result = backup.diff_configs(config, *refs, dest=dest)
-        print(f"monitor_config: {result.left} -> {result.right}")
-        for line in result.keys or ["(no monitor_config change)"]:
+        first, second = [*refs, None, None][:2]
+        changes = backup.diff_configs(config, first, second, dest=dest)
+        print(f"monitor_config: {changes.left} -> {changes.right}")
+        for line in changes.keys or ["(no monitor_config change)"]:
             print(f"  {line}")
-        print("\n".join(result.unified) if result.unified else "(files identical)")
+        print("\n".join(changes.unified) if changes.unified else "(files identical)")
     elif restore is not None:
         saved, chosen = backup.restore(config, restore, dest=dest)
         if saved is not None:

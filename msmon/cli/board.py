@@ -14,8 +14,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from msmon.cli.common import handle_errors
-from msmon.cli.runs import wide_console
+from msmon.cli.common import handle_errors, wide_console
 from msmon.errors import ExitCode, MsmonError
 
 board_app = typer.Typer(help="Start, list and stop boards (MindInsight or TensorBoard).", no_args_is_help=True)
@@ -27,15 +26,6 @@ class _Terminated(Exception):
 
 def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise _Terminated
-
-
-def _stderr_logging() -> None:
-    logger = logging.getLogger("msmon")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
 
 
 def _print_tail(exc: MsmonError) -> None:
@@ -58,8 +48,10 @@ def start(
 ) -> None:
     """Start a board on PATH, wait until its API answers and print its URL (Ctrl-C stops it)."""
     from msmon.ops.board import BoardError, start_board
+    from msmon.util import logs
 
-    _stderr_logging()
+    if not logs.has_console_handler():
+        logs.attach(logs.console_handler(logging.INFO))
     try:
         handle = start_board(path, port=port, host=host, backend=backend, detach=detach, timeout_s=timeout)
     except BoardError as exc:

@@ -23,7 +23,7 @@ def clean(
 ) -> None:
     """Remove run directories older than a limit; never a running one, never anything outside SAVE_DIR."""
     from msmon.ops.clean import clean as clean_runs
-    from msmon.ops.durations import format_duration, parse_duration
+    from msmon.util.durations import format_duration, parse_duration
 
     result = clean_runs(save_dir, parse_duration(older_than), keep_last=keep_last, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from msmon.errors import ExitCode, MsmonError
+from msmon.errors import ExitCode, MsmonError, describe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,8 +29,12 @@ def stdout_console() -> Console:
     return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=not terminal)
 
 
-def stderr_console() -> Console:
-    return Console(stderr=True, no_color=not color_enabled(sys.stderr), highlight=False)
+def wide_console() -> Console:
+    """The stdout console; when piped it is wide enough that tables are not cut."""
+    console = stdout_console()
+    if not console.is_terminal:
+        console.width = 240
+    return console
 
 
 def fail(message: str, hint: str = "", exit_code: int = ExitCode.INVALID) -> typer.Exit:
@@ -58,10 +62,8 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
             if os.environ.get("MSMON_DEBUG"):
                 traceback.print_exc()
-            text = str(exc).strip().splitlines()
-            detail = text[0] if text else ""
             raise fail(
-                f"internal error: {type(exc).__name__}: {detail}",
+                f"internal error: {describe(exc)}",
                 "set MSMON_DEBUG=1 for the traceback and report it",
             ) from None
 

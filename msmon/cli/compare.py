@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from msmon.cli.common import handle_errors, stdout_console
+from msmon.cli.complete import run_dirs
+
+if TYPE_CHECKING:
+    from msmon.view.compare import Comparison
 
 
-def _print_tables(comparison: object) -> None:
+def _print_tables(comparison: Comparison) -> None:
     from rich.table import Table
 
-    from msmon.view.compare import SUMMARY_HEADERS, Comparison, show_value, summary_cells
+    from msmon.view.compare import SUMMARY_HEADERS, show_value, summary_cells
 
-    assert isinstance(comparison, Comparison)
     console = stdout_console()
     summary = Table(title="Runs", title_justify="left")
     for header in SUMMARY_HEADERS:
@@ -37,7 +41,7 @@ def _print_tables(comparison: object) -> None:
 
 @handle_errors
 def compare(
-    runs: list[Path] = typer.Argument(..., help="Two or more run directories."),
+    runs: list[Path] = typer.Argument(..., help="Two or more run directories.", autocompletion=run_dirs),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write an HTML comparison with overlaid plots."),
     png: Path | None = typer.Option(None, "--png", help="Also write the overlaid plots as PNG images here."),
 ) -> None:

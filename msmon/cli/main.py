@@ -5,13 +5,13 @@ from __future__ import annotations
 import typer
 
 from msmon import __version__
-from msmon.cli import backup, board, clean, compare, replay, report, run, runs, validate
+from msmon.cli import backup, board, clean, compare, doctor, replay, report, resume, run, runs, status, validate
 
 app = typer.Typer(
     name="msmon",
     help="Launch, validate and watch MindSpore Transformers (mindformers) training runs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -30,9 +30,9 @@ def _root(
     """Launch, validate and watch MindSpore Transformers (mindformers) training runs."""
 
 
-for module in (validate, run, board, backup, runs, clean, replay, report, compare):
+for module in (validate, run, resume, board, backup, runs, status, clean, replay, report, compare, doctor):
     module.register(app)
 
 
 def main() -> None:
-    app()
+    app(prog_name="msmon")  # also under ``python -m msmon``: completion answers to _MSMON_COMPLETE

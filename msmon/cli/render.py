@@ -11,6 +11,7 @@ from rich.table import Table
 from msmon.config.coerce import field_docs
 from msmon.config.schema import MonitorSettings
 from msmon.findings import Finding
+from msmon.util.mapping import dotted_get
 from msmon.validate.validator import ValidationResult
 
 TOP_LEVEL = {name for name in MonitorSettings.__dataclass_fields__ if "." not in name}
@@ -38,13 +39,6 @@ def finding_line(f: Finding) -> str:
     return f"{f.severity.value} {f.code} {where}: {f.message}" + (f" -> {f.hint}" if f.hint else "")
 
 
-def _value_at(data: dict[str, Any], dotted: str) -> Any:
-    node: Any = data
-    for part in dotted.split("."):
-        node = node[part]
-    return node
-
-
 def resolved_table(result: ValidationResult, show_all: bool) -> tuple[Table, int]:
     """The resolved monitor_config with each value's source; returns the count of hidden default keys."""
     table = Table(title="Resolved monitor_config", expand=False)
@@ -57,7 +51,7 @@ def resolved_table(result: ValidationResult, show_all: bool) -> tuple[Table, int
         if not show_all and source == "default" and key not in TOP_LEVEL:
             hidden += 1
             continue
-        value = _value_at(data, key)
+        value = dotted_get(data, key)
         table.add_row(key, _show(value), source)
     for key, value in data.items():
         if key not in MonitorSettings.__dataclass_fields__:
@@ -78,6 +72,8 @@ def print_result(console: Console, result: ValidationResult, config: str, show_a
     console.print(table)
     if hidden:
         console.print(f"({hidden} nested keys at their defaults; --all shows them; docs/config.md lists every key)")
+    if result.pipeline.stages > 1:
+        console.print(f"metrics from: {result.pipeline.describe()}", markup=False)
     run_dir = result.settings.run_dir()
     if result.valid:
         console.print(f"[bold green]valid[/]: {warnings} warning(s); run directory would be {run_dir}")

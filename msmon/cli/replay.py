@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from msmon.cli.common import handle_errors, stdout_console
+from msmon.cli.complete import run_dirs
+
+if TYPE_CHECKING:
+    from msmon.config.health import HealthSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -15,7 +20,8 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def replay(
-    path: str = typer.Argument(..., help="A run directory (its metrics.jsonl) or a JSON Lines file of records."),
+    path: str = typer.Argument(..., help="A run directory (its metrics.jsonl) or a JSON Lines file of records.",
+                               autocompletion=run_dirs),
     as_json: bool = typer.Option(False, "--json", help="Print the alerts as one JSON list to stdout."),
     config: str = typer.Option(
         None, "--config", help="Use this YAML's monitor_config.health and lr_schedule (to tune thresholds)."
@@ -24,8 +30,8 @@ def replay(
     """Run the health detectors over a recorded run and print the alerts in step order (exit 0; 1 bad input)."""
     from rich.markup import escape
 
-    from msmon.health.alert import json_safe
     from msmon.health.replay import replay as run_replay
+    from msmon.util.numbers import json_safe
 
     settings, training = _tuning(config) if config else (None, None)
     alerts, count = run_replay(path, settings, training)
@@ -43,7 +49,7 @@ def replay(
     console.print(f"{len(alerts)} {noun} in {count} records of {escape(path)}")
 
 
-def _tuning(path: str) -> tuple[object, dict]:
+def _tuning(path: str) -> tuple[HealthSettings, dict[str, Any]]:
     """(health settings, training config) of a YAML given with --config."""
     from msmon.config.loader import load_config
     from msmon.health.replay import health_settings

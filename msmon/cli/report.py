@@ -7,11 +7,13 @@ from pathlib import Path
 import typer
 
 from msmon.cli.common import handle_errors
+from msmon.cli.complete import run_dirs
 
 
 @handle_errors
 def report(
-    run: Path = typer.Argument(..., help="Run directory (<save_dir>/<project_name>/<run_name>)."),
+    run: Path = typer.Argument(..., help="Run directory (<save_dir>/<project_name>/<run_name>).",
+                               autocompletion=run_dirs),
     out: Path | None = typer.Option(None, "--out", "-o", help="HTML file to write; default: <run>/report.html."),
     png: Path | None = typer.Option(None, "--png", help="Also write the plots as PNG images into this directory."),
 ) -> None:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from msmon.cli.common import handle_errors
-from msmon.errors import ExitCode
+from msmon.cli.complete import config_keys
+from msmon.errors import ExitCode, MsmonError
+
+if TYPE_CHECKING:
+    from msmon.runner.plan import RunPlan, RunRequest
 
 
 def register(app: typer.Typer) -> None:
@@ -19,44 +25,54 @@ def _say(line: str) -> None:
     print(f"msmon: {line}", file=sys.stderr, flush=True)
 
 
-def _stderr_logging(verbose: bool) -> None:
-    logger = logging.getLogger("msmon")
-    logger.setLevel(logging.INFO)
-    if not any(getattr(h, "_msmon_run", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler.setLevel(logging.INFO if verbose else logging.WARNING)
-        handler._msmon_run = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-
-
 @handle_errors
 def run(
     config: str = typer.Argument(..., help="mindformers training YAML with a monitor_config section."),
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Dotlist overrides."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Dotlist overrides.",
+                                          autocompletion=config_keys),
     board: bool = typer.Option(False, "--board/--no-board", help="Start the board (MindInsight) beside training."),
     port: int = typer.Option(8080, "--port", help="Board port (0: a free one)."),
     keep_board: bool = typer.Option(False, "--keep-board", help="Leave the board running after training."),
-    resume: bool = typer.Option(False, "--resume", help="Continue in an existing run directory."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run (its directory) from its latest complete "
+                                "checkpoint."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel."),
+    framework_logs: bool = typer.Option(
+        False, "--framework-logs", help="Above the live panel, all of mindformers' and MindSpore's output (default: "
+        "their warnings and errors; all of it is in <run>/logs/console.log)."),
+    report: bool = typer.Option(False, "--report", help="Write the HTML report when the run ends (also after a "
+                                "failure or an interruption) and print its path."),
     worker_num: int = typer.Option(None, "--worker-num", help="Ranks in total: launch through MindSpore's msrun."),
     local_worker_num: int = typer.Option(None, "--local-worker-num", help="Ranks on this machine (multi-machine)."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Address of the machine with rank 0."),
     master_port: int = typer.Option(8118, "--master-port", help="msrun scheduler port."),
     node_rank: int = typer.Option(None, "--node-rank", help="Index of this machine (multi-machine)."),
+    max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Restart a training that dies (or hangs, "
+                                     "with stall action stop) from its latest checkpoint, up to N times."),
+    restart_backoff: float = typer.Option(10.0, "--restart-backoff", min=0.0, help="Seconds before the first "
+                                          "restart (doubled at each one, at most 300)."),
 ) -> None:
     """Train with the real mindformers Trainer, monitored; exit 0 ok, 1 invalid, 3 failed, 4 stopped by monitor,
-    130/143 interrupted."""
-    from msmon.cli.render import finding_line
-    from msmon.runner.launch import RunRequest, prepare
-    from msmon.runner.launch import run as run_plan
+    130/143 interrupted. --resume continues the run from its latest complete checkpoint."""
+    from msmon.runner.plan import RunRequest
 
     request = RunRequest(
         config=config, overrides=list(overrides or []), board=board, port=port, keep_board=keep_board,
         resume=resume, worker_num=worker_num, local_worker_num=local_worker_num, master_addr=master_addr,
-        master_port=master_port, node_rank=node_rank, command=["msmon", *sys.argv[1:]],
+        master_port=master_port, node_rank=node_rank, max_restarts=max_restarts, restart_backoff_s=restart_backoff,
+        command=["msmon", *sys.argv[1:]],
     )
+    launch(request, dry_run=dry_run, plain=plain, framework_logs=framework_logs, report=report)
+
+
+def launch(request: RunRequest, *, dry_run: bool, plain: bool, framework_logs: bool, report: bool) -> None:
+    """Validate, then train (or print the plan); exits with the run's code (`msmon run` and `msmon resume`)."""
+    from msmon.cli.render import finding_line
+    from msmon.runner.plan import prepare
+    from msmon.runner.supervise import run as run_plan
+    from msmon.util import logs
+
+    config = request.config
     result, plan = prepare(request)
     for finding in result.findings:
         print(finding_line(finding), file=sys.stderr)
@@ -69,11 +85,39 @@ def run(
         for line in plan.describe():
             print(line)
         return
-    _stderr_logging(plan.settings.verbose)
-    view = {"live_view": True, "plain": plain, "total_steps": result.total_steps}
+    if not logs.has_console_handler():
+        logs.attach(logs.console_handler(logging.INFO if plan.settings.verbose else logging.WARNING))
+    view = {"live_view": True, "plain": plain, "total_steps": result.total_steps, "framework_logs": framework_logs}
     outcome = run_plan(plan, _say, view)
     detail = f": {outcome.error}" if outcome.error else ""
     _say(f"run {outcome.status}{detail} (exit {outcome.exit_code}; run directory {outcome.run_dir})")
     if outcome.status == "failed":
         _say(f"traceback: {outcome.run_dir / 'logs' / 'msmon.log'}")
+    _ending(plan, outcome.run_dir, report)
     raise typer.Exit(outcome.exit_code)
+
+
+def _ending(plan: RunPlan, run_dir: Path, report: bool) -> None:
+    """What happened and the next commands (stderr, like every line of `msmon run`); the report with --report."""
+    from msmon.ops.runs import previous_run
+    from msmon.view.ending import NextCommands, next_lines, summary_lines
+    from msmon.view.report import write_report
+    from msmon.view.series import load_run
+
+    try:
+        finished = load_run(run_dir)
+    except MsmonError as exc:  # the run directory went away with the run
+        _say(f"no summary: {exc}")
+        return
+    written = None
+    if report:
+        try:
+            written, _ = write_report(run_dir)
+        except MsmonError as exc:  # the run's own exit code stands
+            _say(f"no report: {exc}")
+        else:
+            _say(f"report: {written}")
+    board = plan.board_dir() if plan.board_backend else None
+    commands = NextCommands(board, plan.board_backend or "",
+                            previous_run(plan.save_dir(), run_dir), written)
+    print("\n".join([*summary_lines(finished), *next_lines(finished, commands)]), file=sys.stderr, flush=True)

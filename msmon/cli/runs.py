@@ -6,23 +6,14 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from msmon.cli.common import handle_errors, stdout_console
+from msmon.cli.common import handle_errors, wide_console
 
 STATUS_COLOURS = {
     "running": "green", "completed": "cyan", "failed": "red", "interrupted": "yellow",
     "stopped_by_monitor": "magenta", "stale": "bold red", "unknown": "dim",
 }
-
-
-def wide_console() -> Console:
-    """The stdout console; when piped it is wide enough that tables are not cut."""
-    console = stdout_console()
-    if not console.is_terminal:
-        console.width = 240
-    return console
 
 
 def _loss(value: float | None) -> str:
@@ -37,9 +28,10 @@ def runs(
         "10m", "--stale-after", help="A running run on another host is stale when its heartbeat is older than this."
     ),
 ) -> None:
-    """List the runs under SAVE_DIR: project, run, status, start, duration, last step and loss, alerts."""
-    from msmon.ops.durations import format_duration, parse_duration
+    """List the runs under SAVE_DIR: project, run, status, start, duration, last step and loss, alerts, ranks
+    (`msmon status RUN` shows them one by one)."""
     from msmon.ops.runs import list_runs
+    from msmon.util.durations import format_duration, parse_duration
 
     limit = parse_duration(stale_after)
     found = list_runs(save_dir, stale_after_s=limit)
@@ -50,7 +42,7 @@ def runs(
         print(f"no runs under {save_dir}")
         return
     table = Table(box=None, header_style="bold")
-    for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat"):
+    for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat", "ranks"):
         table.add_column(column, justify="right" if column in ("duration", "step", "loss", "alerts") else "left")
     for info in found:
         age = info.heartbeat_age_s
@@ -63,7 +55,7 @@ def runs(
             info.project, info.run, f"[{STATUS_COLOURS.get(info.status, 'default')}]{info.status}[/]",
             info.start.strftime("%Y-%m-%d %H:%M") if info.start else "-", format_duration(info.duration_s),
             "-" if info.last_step is None else str(info.last_step), _loss(info.last_loss),
-            "-" if info.alert_count is None else str(info.alert_count), beat,
+            "-" if info.alert_count is None else str(info.alert_count), beat, info.ranks_summary,
         )
     wide_console().print(table)
 

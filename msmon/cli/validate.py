@@ -8,6 +8,7 @@ import sys
 import typer
 
 from msmon.cli.common import handle_errors, stdout_console
+from msmon.cli.complete import config_keys
 from msmon.errors import ExitCode, MsmonError
 
 
@@ -18,7 +19,8 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def validate(
     config: str = typer.Argument(..., help="Training YAML with a monitor_config section."),
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Dotlist overrides."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Dotlist overrides.",
+                                          autocompletion=config_keys),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
     deep: bool = typer.Option(False, "--deep", help="Also import the model registries (slow) for name checks."),
     show_all: bool = typer.Option(False, "--all", help="Show every resolved key, defaults included."),

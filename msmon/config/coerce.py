@@ -13,6 +13,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar, Union
 
+from msmon.config.fields import in_range, range_text
 from msmon.findings import Finding, error
 
 T = TypeVar("T")
@@ -44,6 +45,24 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: scalar type -> (what the error says was expected, the fix)
+SCALARS: dict[type, tuple[str, str]] = {
+    bool: ("a bool", "write true or false"),
+    int: ("an integer", "write e.g. 10"),
+    float: ("a number", "write e.g. 2.5"),
+    str: ("a string", "quote the value"),
+}
+
+
+def _accepts(tp: type, value: Any) -> bool:
+    """Strict scalar typing: only a bool is a bool, a bool is no number, a float accepts an int."""
+    if tp is bool or tp is str:
+        return isinstance(value, tp)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if tp is int else isinstance(value, int | float)
+
+
 def _coerce(value: Any, tp: Any, path: str, findings: list[Finding]) -> Any:
     """Return the checked value, or _MISSING after appending a finding."""
     origin = typing.get_origin(tp)
@@ -68,7 +87,7 @@ def _coerce(value: Any, tp: Any, path: str, findings: list[Finding]) -> Any:
             return _MISSING
         items = [_coerce(item, item_tp, f"{path}[{i}]", findings) for i, item in enumerate(value)]
         return _MISSING if any(item is _MISSING for item in items) else items
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             findings.append(
                 error("MS002", path, f"expected a section (mapping), got {_show(value)}", "write nested keys")
@@ -77,25 +96,11 @@ def _coerce(value: Any, tp: Any, path: str, findings: list[Finding]) -> Any:
         built, sub = build(tp, value, path)
         findings.extend(sub)
         return built
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        findings.append(error("MS002", path, f"expected a bool, got {_show(value)}", "write true or false"))
-        return _MISSING
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        findings.append(error("MS002", path, f"expected an integer, got {_show(value)}", "write e.g. 10"))
-        return _MISSING
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        findings.append(error("MS002", path, f"expected a number, got {_show(value)}", "write e.g. 2.5"))
-        return _MISSING
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        findings.append(error("MS002", path, f"expected a string, got {_show(value)}", "quote the value"))
+    if tp in SCALARS:
+        if _accepts(tp, value):
+            return float(value) if tp is float else value
+        name, hint = SCALARS[tp]
+        findings.append(error("MS002", path, f"expected {name}, got {_show(value)}", hint))
         return _MISSING
     raise TypeError(f"unsupported settings type {tp!r} at {path}")
 
@@ -122,15 +127,30 @@ def build(cls: type[T], data: Mapping[str, Any], path: str, ignore: Iterable[str
 
 
 def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str, str]]:
-    """(dotted key, type, default, meaning, check code) for every leaf key of a settings class."""
+    """(dotted key, type, default, meaning, allowed range and check code) for every leaf key of a settings class."""
     rows: list[tuple[str, str, Any, str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             rows.extend(field_docs(tp, key + "."))
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        rows.append((key, _type_name(tp), default, f.metadata.get("doc", ""), f.metadata.get("check", "")))
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        check = "; ".join(filter(None, [range_text(f.metadata), f.metadata.get("check", "")]))
+        rows.append((key, _type_name(tp), default, f.metadata.get("doc", ""), check))
     return rows
+
+
+def range_findings(settings: Any, prefix: str, code: str, hint: str, _below: str = "") -> list[Finding]:
+    """An error ``code`` for each value of ``settings`` (a settings dataclass, nested ones included) outside
+    the range its field declares (``doc(..., at_least=, above=, at_most=)``)."""
+    found: list[Finding] = []
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        name = f"{_below}{f.name}"
+        if dataclasses.is_dataclass(value):
+            found.extend(range_findings(value, prefix, code, hint, f"{name}."))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not in_range(value, f.metadata):
+            found.append(error(code, f"{prefix}.{name}", f"{name} must be {range_text(f.metadata)}, got {value}", hint))
+    return found

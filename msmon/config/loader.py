@@ -12,7 +12,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from msmon.errors import ExitCode, MsmonError
+from msmon.config.datasets import dataset_path
+from msmon.errors import ExitCode, MsmonError, first_line
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _LAUNCH_TIME = datetime.now()
@@ -25,8 +26,6 @@ def _now(fmt: str = "%Y%m%d_%H%M%S") -> str:
 
 def _dataset(name: str) -> str:
     """``${msmon_dataset:NAME}``: the cache path of a dataset msmon generates (nothing is created here)."""
-    from msmon.runner.quickstart import dataset_path
-
     return dataset_path(name)
 
 
@@ -66,17 +65,12 @@ class LoadedConfig:
         except OmegaConfBaseException as exc:
             key = getattr(exc, "full_key", "") or "?"
             raise MsmonError(
-                f"{self.where()}: cannot resolve the interpolation at '{key}': {_first_line(exc)}",
+                f"{self.where()}: cannot resolve the interpolation at '{key}': {first_line(exc)}",
                 "define the referenced key or environment variable, or give a default (${oc.env:VAR,default})",
             ) from exc
 
     def where(self) -> str:
         return str(self.path) if self.path else "<config>"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _line_map(text: str) -> dict[str, int]:
@@ -134,11 +128,14 @@ def read_config_text(path: str | os.PathLike[str]) -> str:
 
 def _parse(text: str, where: str) -> DictConfig:
     try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if not isinstance(root, yaml.MappingNode):  # OmegaConf asserts on a scalar document such as "0"
+            raise MsmonError(f"{where}: the top level must be a mapping of sections", "write `key: value` sections")
         conf = OmegaConf.create(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or _first_line(exc)
+        problem = getattr(exc, "problem", None) or first_line(exc)
         bad_line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
         hint = "fix the YAML syntax"
         if "\t" in bad_line:
@@ -150,9 +147,8 @@ def _parse(text: str, where: str) -> DictConfig:
         raise MsmonError(f"{where}:{line} invalid YAML: {problem}", hint) from exc
     except OmegaConfBaseException as exc:
         hint = "remove or rename the duplicated key" if "duplicate" in str(exc).lower() else "fix the YAML"
-        raise MsmonError(f"{where}: invalid config: {_first_line(exc)}", hint) from exc
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if not isinstance(conf, DictConfig) or not isinstance(root, yaml.MappingNode):
+        raise MsmonError(f"{where}: invalid config: {first_line(exc)}", hint) from exc
+    if not isinstance(conf, DictConfig):
         raise MsmonError(f"{where}: the top level must be a mapping of sections", "write `key: value` sections")
     return conf
 
@@ -170,7 +166,10 @@ def apply_overrides(conf: DictConfig, overrides: list[str], where: str) -> set[s
             OmegaConf.set_struct(conf, False)
             conf.merge_with(OmegaConf.from_dotlist([item]))
         except (OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
-            raise MsmonError(f"{where}: override '{item}': {_first_line(exc)}", "check the key and value") from exc
+            raise MsmonError(f"{where}: override '{item}': {first_line(exc)}", "check the key and value") from exc
+        except IndexError as exc:  # omegaconf's key parser on a key such as '[' (an empty path after splitting)
+            raise MsmonError(f"{where}: override '{item}': {key.strip()!r} is not a dotted key",
+                             "write e.g. monitor_config.log_interval=20") from exc
         keys.add(key.strip())
     return keys
 
@@ -190,7 +189,7 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -
         conf = OmegaConf.create(data)
     except OmegaConfBaseException as exc:
         hint = "pass plain dicts, lists and scalars"
-        raise MsmonError(f"<config>: invalid config: {_first_line(exc)}", hint) from exc
+        raise MsmonError(f"<config>: invalid config: {first_line(exc)}", hint) from exc
     loaded = LoadedConfig(conf=conf)
     loaded.override_keys = apply_overrides(conf, list(overrides or []), "<config>")
     return loaded

@@ -57,6 +57,18 @@ def _loss_scale(cfg: Mapping[str, Any]) -> Exposure:
     return Exposure(False, "use a loss-scale runner_wrapper such as MFTrainOneStepCell with a scale_sense")
 
 
+def _layer_grad_norm(cfg: Mapping[str, Any]) -> Exposure:
+    """Per-group norms come from the wrapper's per-gradient squared sums; msmon turns them on (config.split)."""
+    wrapper = _wrapper(cfg)
+    if wrapper is None:
+        return Exposure(False, "add runner_wrapper: {type: MFTrainOneStepCell, use_clip_grad: True} (without a "
+                        "train-step wrapper the step returns only the loss; msmon sets its local_norm itself)")
+    if wrapper.get("type") not in MF_WRAPPERS:
+        return Exposure(False, f"runner_wrapper.type {wrapper.get('type')!r} returns no per-gradient norms; use "
+                        "MFTrainOneStepCell or MFPipelineWithLossScaleCell (msmon sets their local_norm itself)")
+    return Exposure(True)
+
+
 def _local_norm(cfg: Mapping[str, Any]) -> Exposure:
     wrapper = _wrapper(cfg)
     if wrapper is not None and wrapper.get("local_norm") is True:
@@ -72,6 +84,7 @@ class MetricSpec:
     description: str
     aliases: tuple[str, ...] = ()
     exposure: Callable[[Mapping[str, Any]], Exposure] = _always
+    code: str = "MS302"  # the finding when the training config does not produce it
 
 
 METRICS: dict[str, MetricSpec] = {
@@ -92,8 +105,25 @@ METRICS: dict[str, MetricSpec] = {
         MetricSpec("epoch", "current epoch number", ("cur_epoch_num",)),
         MetricSpec("host_memory_mb", "resident memory of the training process on the host", ("memory",)),
         MetricSpec("local_norm", "per-group local gradient norms (max is logged)", (), _local_norm),
+        MetricSpec(
+            "layer_grad_norm",
+            "gradient norm of each block (layers.N), the embedding, the final norm, the output head and the rest, "
+            "as grad_norm/<group>; msmon turns the wrapper's local_norm on",
+            (),
+            _layer_grad_norm,
+            "MS304",
+        ),
     )
 }
+
+#: Record keys of the per-group gradient norms: ``grad_norm/layers.0``, ``grad_norm/embedding``, ...
+GROUP_NORM_PREFIX = "grad_norm/"
+
+
+def norm_group(key: str) -> str | None:
+    """The group of a per-group gradient norm key (``grad_norm/layers.3`` -> ``layers.3``), else None."""
+    return key[len(GROUP_NORM_PREFIX):] if key.startswith(GROUP_NORM_PREFIX) else None
+
 
 ALIASES: dict[str, str] = {alias: spec.name for spec in METRICS.values() for alias in spec.aliases}
 

@@ -6,24 +6,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from msmon.compat import MONITOR_CONFIG_KEYS
 from msmon.config.fields import doc
+from msmon.config.health import HealthSettings
 from msmon.config.metrics import CORE_METRICS
-from msmon.health.settings import HealthSettings
 
 BACKENDS: tuple[str, ...] = ("mindinsight", "tensorboard", "mlflow", "file")
 DEFAULT_SAVE_DIR = "./monitor_logs"
 
-#: mindformers' MonitorConfig template keys (mindformers/tools/register/template.py); they keep their
-#: mindformers meaning and are passed through to mindformers untouched.
-MINDFORMERS_MONITOR_KEYS: frozenset[str] = frozenset(
-    {
-        "monitor_on", "dump_path", "target", "invert", "step_interval", "local_loss_format",
-        "local_norm_format", "device_local_norm_format", "device_local_loss_format",
-        "optimizer_state_format", "weight_state_format", "max_attention_logit_format",
-        "throughput_baseline", "print_struct", "check_for_global_norm", "global_norm_spike_threshold",
-        "global_norm_spike_count_threshold", "stable_rank_config", "health_checkpoint",
-    }
-)
+#: mindformers' own ``monitor_config`` keys in any release msmon knows (msmon.compat.MONITOR_CONFIG_KEYS); they keep
+#: their mindformers meaning and are passed through to mindformers untouched (validate checks them against the
+#: installed release).
+MINDFORMERS_MONITOR_KEYS: frozenset[str] = frozenset().union(*MONITOR_CONFIG_KEYS.values())
 
 
 @dataclass(frozen=True)
@@ -62,6 +56,15 @@ class DiskGuardOptions:
 
 
 @dataclass(frozen=True)
+class FlightRecorderOptions:
+    steps: int = doc(
+        200, "steps of per-step values (loss, grad norm, loss scale, overflow, step time, group norms) kept "
+        "in host memory; an alert writes them to context/; 0 turns it off", "MS404", at_least=0, at_most=100000,
+    )
+    max_files: int = doc(50, "context files one run writes at most (one per alert)", "MS404", at_least=1)
+
+
+@dataclass(frozen=True)
 class MonitorSettings:
     """msmon's resolved ``monitor_config``: every key has a documented default."""
 
@@ -83,6 +86,7 @@ class MonitorSettings:
     mlflow: MlflowOptions = field(default_factory=MlflowOptions)
     writer: WriterOptions = field(default_factory=WriterOptions)
     disk: DiskGuardOptions = field(default_factory=DiskGuardOptions)
+    flight_recorder: FlightRecorderOptions = field(default_factory=FlightRecorderOptions)
     health: HealthSettings = field(default_factory=HealthSettings)
 
     def run_dir(self) -> Path:

@@ -1,38 +1,37 @@
 """The training-thread side: a MindSpore Callback that counts steps and hands one record per logged step.
 
-Non-logging steps cost a counter, a monotonic timestamp, a stop-flag check and, at log_interval > 1, a
-reference to the step's ``net_outputs`` (never read there). Logging steps read the needed
-Tensors once (the held ones too: their interval mean/max), build one flat dict and put it in the writer's
-queue; all I/O is elsewhere.
+Non-logging steps cost a counter, a monotonic timestamp at the step's begin and one at its end, a stop-flag
+check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there). Logging steps
+read the needed Tensors once (the held ones too: their interval mean/max and the flight recorder's per-step
+values), build one flat dict and put it in the writer's queue; all I/O is elsewhere. A rank that does not write
+the metrics (``reduced``) builds the same record of loss, grad_norm and overflow only, for its own heartbeat
+(docs/health.md, "Distributed runs").
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from msmon.config.metrics import METRICS
+from msmon.compat import TRAIN_STEP_OUTPUTS
 from msmon.config.schema import MonitorSettings
+from msmon.engine import local_norm_print, loss_fix, loss_parts
+from msmon.engine.absent import warn_absent
+from msmon.engine.flight import VALUES as FLIGHT_VALUES
+from msmon.engine.flight import FlightRecorder
+from msmon.engine.grad_groups import GradGroups, groups_of_network
+from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
+from msmon.engine.train_facts import batch_shape, find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
 
 logger = logging.getLogger("msmon")
 
-#: The change that makes a metric appear, when the training config cannot tell.
-DEFAULT_FIXES: dict[str, str] = {
-    "loss": "the network returns no loss to callbacks; train with a loss function or a mindformers model",
-    "grad_norm": "use mindformers' MFTrainOneStepCell with use_clip_grad: True "
-    "(a training step that returns only the loss has no global norm)",
-    "learning_rate": "use a mindformers runner_wrapper (it returns the learning rate) or an optimizer "
-    "with a readable learning_rate",
-    "throughput": "the batch shape is not visible to callbacks; set runner_config.sink_mode: False",
-    "loss_scale": "use a loss-scale runner_wrapper such as MFTrainOneStepCell with a scale_sense",
-    "overflow": "use a loss-scale runner_wrapper such as MFTrainOneStepCell with a scale_sense",
-    "local_norm": "set runner_wrapper.local_norm: True",
-    "epoch": "the training loop reports no epoch number",
-    "host_memory_mb": "install psutil",
-}
+#: What a rank that does not write the metrics reads at its logging steps: the inputs of the non-finite check.
+REDUCED_METRICS = frozenset({"loss", "grad_norm", "overflow"})
 
 
 class StopSource(Protocol):
@@ -40,47 +39,11 @@ class StopSource(Protocol):
 
 
 def split_outputs(outputs: Any) -> dict[str, Any]:
-    """Name the parts of ``cb_params.net_outputs`` (mindformers' 3/4/5/7-tuples or a bare loss)."""
+    """Name the parts of ``cb_params.net_outputs`` (mindformers' tuples, ``TRAIN_STEP_OUTPUTS``, or a bare loss)."""
     if not isinstance(outputs, tuple | list):
         return {"loss": outputs} if outputs is not None else {}
-    parts: dict[str, Any] = {"loss": outputs[0]} if outputs else {}
-    if len(outputs) in (3, 4, 5, 7):
-        parts["overflow"], parts["loss_scale"] = outputs[1], outputs[2]
-        names = {4: ("learning_rate",), 5: ("learning_rate", "grad_norm"),
-                 7: ("learning_rate", "grad_norm", "local_norm")}.get(len(outputs), ())
-        parts.update(zip(names, outputs[3:], strict=False))
-    return parts
-
-
-def optimizer_learning_rate(optimizer: Any) -> float | None:
-    """The learning rate the optimizer applied at its last step, or None when it cannot be read."""
-    lr = getattr(optimizer, "learning_rate", None)
-    if lr is None:
-        return None
-    if getattr(optimizer, "is_group_lr", False):
-        lr = lr[0]
-    if getattr(optimizer, "dynamic_lr", False):
-        lr = lr(optimizer.global_step - 1)  # global_step was already advanced by the step
-    return to_float(lr)
-
-
-def seq_length_of(config: Mapping[str, Any] | None) -> int | None:
-    """``model.model_config.seq_length`` of a mindformers config, when present."""
-    try:
-        value = config["model"]["model_config"]["seq_length"]  # type: ignore[index]
-    except (KeyError, TypeError):
-        return None
-    return value if isinstance(value, int) and value > 0 else None
-
-
-def missing_fix(name: str, config: Mapping[str, Any] | None) -> str:
-    """The config change that makes ``name`` appear."""
-    spec = METRICS.get(name)
-    if config is not None and spec is not None:
-        exposure = spec.exposure(config)
-        if not exposure.exposed and exposure.fix:
-            return exposure.fix
-    return DEFAULT_FIXES.get(name, "check the training setup")
+    names = TRAIN_STEP_OUTPUTS.get(len(outputs), ("loss",))
+    return dict(zip(names, outputs, strict=False))
 
 
 class StepObserver:
@@ -96,9 +59,13 @@ class StepObserver:
         rank: int = 0,
         world_size: int = 1,
         config: Mapping[str, Any] | None = None,
+        flight: FlightRecorder | None = None,
+        reduced: bool = False,
     ) -> None:
         self._interval = max(1, settings.log_interval)
         self._metrics = frozenset(canonical_metrics(settings.track_metrics))
+        if reduced:
+            self._metrics &= REDUCED_METRICS
         self._progress = progress
         self._put = put
         self._stop = stop
@@ -109,51 +76,81 @@ class StepObserver:
         self._batch: tuple[int, int | None] | None = None
         self._optimizer: Any = None
         self._process: Any = None
-        self._checked = False
+        self._checked = reduced  # the writing rank warns about absent metrics, once
+        self._fix: loss_fix.Fix | None = None
         self._bucket = 0
-        # interval statistics: slot = step % interval holds the step's net_outputs, unread until the logging step
-        self._hold = put is not None and self._interval > 1 and bool(self._metrics & {"loss", "grad_norm"})
-        self._held: list[Any] = [None] * self._interval
-        self._empty: tuple[None, ...] = (None,) * self._interval
+        self._offset: int | None = None  # steps trained before this process (a resumed run), known at the first step
+        self.layer_norms = "layer_grad_norm" in self._metrics
+        self._groups: GradGroups | None | bool = None  # looked up at the first logging step; False: unavailable
+        self._stats = self._interval > 1 and bool(self._metrics & {"loss", "grad_norm"})
+        self._flight = flight if put is not None and flight is not None and flight.steps > 0 else None
+        # the steps since the last log hold their net_outputs, unread until the logging step
+        held = put is not None and self._interval > 1 and (self._stats or self._flight is not None)
+        self._held = HeldSteps(self._interval) if held else None
+        recorded = set(FLIGHT_VALUES) if self._flight is not None else set()
+        self._reads = frozenset(name for name in SCALARS if name in self._metrics or name in recorded)
+        self._held_reads = frozenset(recorded | (self._metrics & {"loss", "grad_norm"} if self._stats else set()))
+        if self._flight is not None and self._held is not None:
+            self._flight.pending = self._pending
 
     def begin(self, cb_params: Any) -> None:
-        """Train begin: the time base of the first step and the planned number of steps."""
+        """Train begin: the time base of the first step, the planned number of steps, and mindformers' loss
+        correction for parallel runs (``cb_params.list_callback``: the training's callbacks)."""
         self._progress.last_end_monotonic = time.monotonic()
+        self._progress.training_thread = threading.get_ident()
         epochs, per_epoch = cb_params.get("epoch_num"), cb_params.get("batch_num")
         if self._progress.total_steps is None and isinstance(epochs, int) and isinstance(per_epoch, int):
             self._progress.total_steps = epochs * per_epoch
+        callbacks = cb_params.get("list_callback")
+        if "loss" in self._metrics and self._put is not None and callbacks is not None:
+            self._fix = loss_fix.resolve(callbacks, self._config)
+
+    def step_begin(self, cb_params: Any) -> None:
+        """Step begin: which step runs and since when (read by the heartbeat thread)."""
+        progress = self._progress
+        progress.begun_monotonic = time.monotonic()
+        progress.begun_step = cb_params.cur_step_num + (self._offset or 0)
 
     def step_end(self, cb_params: Any) -> bool:
         """Step end: count, log every ``log_interval`` steps; True when the run must stop."""
         now = time.monotonic()
-        step = cb_params.cur_step_num
+        if self._offset is None:  # MindSpore counts from 1 again in a resumed run; its optimizer restored the step
+            self._optimizer = find_optimizer(cb_params)
+            self._offset = steps_before(self._optimizer, cb_params.cur_step_num)
+            self._bucket = self._offset // self._interval
+        step = cb_params.cur_step_num + self._offset
         progress = self._progress
-        previous, previous_step = progress.last_end_monotonic, progress.last_step
+        previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
         progress.last_end_monotonic = now
         progress.last_step = step
+        seconds = (now - previous) / max(1, step - previous_step)
         bucket = step // self._interval  # a new bucket = a logging step, also when sinking several steps per call
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket
-            self._log(cb_params, step, (now - previous) / max(1, step - previous_step))
-        elif self._hold:  # a reference to the step's outputs, unread: a read here would be a device sync
-            self._held[step % self._interval] = cb_params.get("net_outputs")
+            self._log(cb_params, step, now, seconds)
+        elif self._held is not None:  # a reference to the step's outputs, unread: a read here would be a device sync
+            self._held.hold(Held(step, now, seconds, cb_params.get("net_outputs")))
         return self._stop.stop_reason is not None
 
-    def _log(self, cb_params: Any, step: int, step_seconds: float) -> None:
+    def _log(self, cb_params: Any, step: int, now: float, step_seconds: float) -> None:
         wanted = self._metrics
         record: dict[str, Any] = {"step": step, "time": time.time(), "rank": self._rank}
         parts = split_outputs(cb_params.get("net_outputs"))
-        for name in ("loss", "grad_norm", "learning_rate", "loss_scale"):
-            if name in wanted and parts.get(name) is not None:
-                record[name] = to_float(parts[name])
-        if "overflow" in wanted and parts.get("overflow") is not None:
-            record["overflow"] = int(bool(to_float(parts["overflow"])))
+        groups = self._layer_groups(cb_params, parts)
+        values = self._fixed(step_values(parts, self._reads, groups))
+        record.update((key, value) for key, value in values.items() if key in wanted or key not in SCALARS)
+        if "loss" in wanted:  # an mcore model's lm / aux / MTP losses, when mindformers reports them
+            record.update({key: self._loss(value) for key, value in loss_parts.take().items()})
         if "local_norm" in wanted and parts.get("local_norm") is not None:
             record["local_norm"] = to_max(parts["local_norm"])
-        if self._hold:
-            self._interval_stats(record)
+        held = [self._read_held(h, groups) for h in self._held.drain()] if self._held is not None else []
+        if self._stats:
+            self._interval_stats(record, held)
+        if self._flight is not None:
+            own = {key: value for key, value in values.items() if key != "learning_rate"}
+            self._flight.extend([*held, {**self._step_entry(step, now, step_seconds), **own}])
         if "learning_rate" in wanted and "learning_rate" not in record:
-            self._optimizer_lr(cb_params, record)
+            self._optimizer_lr(record)
         if "global_step" in wanted:
             record["global_step"] = step
         if "step_time_ms" in wanted:
@@ -167,27 +164,59 @@ class StepObserver:
         if not self._checked:
             self._checked = True
             self._warn_absent(record)
-        self._progress.recent_step_seconds.append(step_seconds)
+        self._progress.add_step_seconds(step_seconds)
         self._put(record)  # type: ignore[misc]
 
-    def _interval_stats(self, record: dict[str, Any]) -> None:
+    def _step_entry(self, step: int, end: float, seconds: float) -> dict[str, Any]:
+        return {"step": step, "time": self._progress.wall(end), "step_time_ms": seconds * 1000.0}
+
+    def _read_held(self, held: Held, groups: GradGroups | None) -> dict[str, Any]:
+        """One held step's values (each one read, now, at the logging step)."""
+        groups = groups if self._flight else None
+        values = self._fixed(step_values(split_outputs(held.outputs), self._held_reads, groups))
+        return {**self._step_entry(held.step, held.end, held.seconds), **values}
+
+    def _pending(self) -> list[dict[str, Any]]:
+        """The flight recorder's view of the steps held unread (any thread; nothing is read)."""
+        held = self._held.pending() if self._held is not None else []
+        return [self._step_entry(h.step, h.end, h.seconds) for h in held]
+
+    def _layer_groups(self, cb_params: Any, parts: dict[str, Any]) -> GradGroups | None:
+        """The parameter groups of ``layer_grad_norm`` (looked up once, when the step returns squared sums)."""
+        if not self.layer_norms or parts.get("local_norm") is None:
+            return None
+        if self._groups is None:
+            network = cb_params.get("train_network") or cb_params.get("network")
+            groups, why = groups_of_network(network, parts.get("local_norm_size"))
+            if groups is None:
+                logger.warning("msmon: layer_grad_norm is not recorded: %s", why)
+            self._groups = groups or False
+        return self._groups if isinstance(self._groups, GradGroups) else None
+
+    def _interval_stats(self, record: dict[str, Any], held: list[dict[str, Any]]) -> None:
         """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the
-        held outputs plus this step's own value. ``grad_norm_mean`` skips non-finite values (overflow steps),
-        ``loss_mean`` keeps them (a NaN loss between two logs is never averaged away). The slots are emptied."""
-        held = [split_outputs(outputs) for outputs in self._held if outputs is not None]
-        self._held[:] = self._empty
+        held steps plus this step's own value. ``grad_norm_mean`` skips non-finite values (overflow steps),
+        ``loss_mean`` keeps them (a NaN loss between two logs is never averaged away)."""
         for name in ("grad_norm", "loss"):
             if name in record:
-                values = [record[name], *(to_float(parts[name]) for parts in held if parts.get(name) is not None)]
+                values = [record[name], *(entry[name] for entry in held if name in entry)]
                 record[f"{name}_mean"], peak = interval_stats(values, finite_mean=name == "grad_norm")
                 if name == "grad_norm":
                     record["grad_norm_max"] = peak
 
-    def _optimizer_lr(self, cb_params: Any, record: dict[str, Any]) -> None:
-        if self._optimizer is None:
-            network = cb_params.get("train_network") or cb_params.get("network")
-            self._optimizer = cb_params.get("optimizer") or getattr(network, "optimizer", None) or False
-        if self._optimizer is False:
+    def _fixed(self, values: dict[str, Any]) -> dict[str, Any]:
+        """One step's values with its loss corrected as mindformers prints it."""
+        if "loss" in values:
+            values["loss"] = self._loss(values["loss"])
+        return values
+
+    def _loss(self, value: Any) -> float:
+        """A loss as mindformers prints it (corrected for pipeline stages, interleaving, accumulation)."""
+        number = to_float(value)
+        return self._fix(number) if self._fix is not None else number
+
+    def _optimizer_lr(self, record: dict[str, Any]) -> None:
+        if self._optimizer is None or self._optimizer is False:  # set at the first step end; False: none/unreadable
             return
         try:
             value = optimizer_learning_rate(self._optimizer)
@@ -199,7 +228,7 @@ class StepObserver:
 
     def _throughput(self, cb_params: Any, step_seconds: float, record: dict[str, Any]) -> None:
         if self._batch is None:
-            self._batch = self._batch_shape(cb_params) or (0, None)
+            self._batch = batch_shape(cb_params, self._seq_length) or (0, None)
         samples, tokens = self._batch
         if not samples:
             return
@@ -209,21 +238,6 @@ class StepObserver:
             record["throughput_per_device"] = tokens / step_seconds
         record["samples_per_s"] = samples * world / step_seconds
         record["samples_per_s_per_device"] = samples / step_seconds
-
-    def _batch_shape(self, cb_params: Any) -> tuple[int, int | None] | None:
-        """(samples, tokens) of one device's batch, from the first input's shape."""
-        element = cb_params.get("train_dataset_element")
-        first = element[0] if isinstance(element, list | tuple) and element else element
-        shape = tuple(getattr(first, "shape", ()) or ())
-        if not shape:
-            return None
-        samples = int(shape[0])
-        if self._seq_length:
-            return samples, samples * self._seq_length
-        dtype = str(getattr(first, "dtype", ""))
-        if len(shape) == 2 and "Int" in dtype:  # token ids: (batch, sequence)
-            return samples, samples * int(shape[1])
-        return samples, None
 
     def _memory(self, record: dict[str, Any]) -> None:
         if self._process is None:
@@ -237,18 +251,10 @@ class StepObserver:
             record["host_memory_mb"] = self._process.memory_info().rss / 2**20
 
     def _warn_absent(self, record: dict[str, Any]) -> None:
-        for name in sorted(self._metrics - {"throughput"}):
-            if name not in record:
-                self._warn_one(name)
-        if "throughput" in self._metrics and "samples_per_s" not in record:
-            self._warn_one("throughput")
-
-    def _warn_one(self, name: str) -> None:
-        logger.warning(
-            "msmon: tracked metric '%s' is absent at the first logged step and is not recorded "
-            "(no placeholder values). Fix: %s; or remove '%s' from monitor_config.track_metrics.",
-            name, missing_fix(name, self._config), name,
-        )
+        present = set(record)
+        if self._groups is not None:  # recorded as grad_norm/<group>, or its absence already explained
+            present.add("layer_grad_norm")
+        warn_absent(self._metrics, present, self._config)
 
 
 _CALLBACK_CLASS: type | None = None
@@ -260,15 +266,21 @@ def callback_class() -> type:
     if _CALLBACK_CLASS is None:
         from mindspore.train import Callback
 
-        class MsmonCallback(Callback):  # type: ignore[misc]
-            """Forwards train begin and step end to a StepObserver; stops the run when asked."""
+        class MsmonCallback(Callback):
+            """Forwards train begin, step begin and step end to a StepObserver; stops the run when asked."""
 
             def __init__(self, observer: StepObserver) -> None:
                 super().__init__()
                 self.observer = observer
 
             def on_train_begin(self, run_context: Any) -> None:
+                framework = sys.modules.get("mindformers")
+                if self.observer.layer_norms and framework is not None:  # msmon reads the arrays mindformers prints
+                    local_norm_print.install(getattr(framework, "__version__", None))
                 self.observer.begin(run_context.original_args())
+
+            def on_train_step_begin(self, run_context: Any) -> None:
+                self.observer.step_begin(run_context.original_args())
 
             def on_train_step_end(self, run_context: Any) -> None:
                 if self.observer.step_end(run_context.original_args()):

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
 
 from msmon.config.schema import DiskGuardOptions
-
-
-def tree_size_mb(path: Path) -> float:
-    """Total size of the regular files under ``path`` in MiB (symlinks not followed)."""
-    total = 0
-    stack = [path]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                continue
-    return total / 2**20
+from msmon.util.files import tree_size
 
 
 class DiskGuard:
@@ -54,7 +34,7 @@ class DiskGuard:
             if free_mb is not None and free_mb < limits.min_free_mb:
                 return f"free disk space {free_mb:.0f} MB is below monitor_config.disk.min_free_mb {limits.min_free_mb}"
         if limits.max_run_mb is not None:
-            size_mb = tree_size_mb(self.run_dir)
+            size_mb = tree_size(self.run_dir) / 2**20
             if size_mb > limits.max_run_mb:
                 limit = limits.max_run_mb
                 return f"the run directory holds {size_mb:.0f} MB, above monitor_config.disk.max_run_mb {limit}"

@@ -8,20 +8,19 @@ import socket
 import time
 from pathlib import Path
 
+from msmon import layout
 from msmon.engine.record import StepProgress
-from msmon.engine.writer import describe
+from msmon.errors import describe
 from msmon.util.atomic import atomic_write_json
 
 logger = logging.getLogger("msmon")
-
-HEARTBEAT_NAME = "heartbeat.json"
 
 
 class Heartbeat:
     """Writes ``{"step", "time", "pid", "rank", "host"}`` at most once per ``min_interval_s``."""
 
     def __init__(self, run_dir: Path, progress: StepProgress, rank: int, min_interval_s: float = 1.0) -> None:
-        self.path = Path(run_dir) / HEARTBEAT_NAME
+        self.path = Path(run_dir) / layout.HEARTBEAT
         self._progress = progress
         self._rank = rank
         self._min_interval = min_interval_s
@@ -38,8 +37,9 @@ class Heartbeat:
         data = {"step": step, "time": self._progress.last_end_wall, "pid": os.getpid(), "rank": self._rank,
                 "host": socket.gethostname()}
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # back, if the run directory was removed
             atomic_write_json(self.path, data, fsync=False)
-        except Exception as exc:  # a monitor never breaks training
+        except OSError as exc:  # a monitor never breaks training
             if not self._warned:
                 self._warned = True
                 logger.warning("msmon: cannot write %s: %s (training continues)", self.path, describe(exc))

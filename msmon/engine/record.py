@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -10,12 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msmon.config.metrics import canonical_metric
+from msmon.util.numbers import fmt_number
 
 #: The record keys a tracked metric produces (throughput brings its companions).
 METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device"),
     "loss": ("loss", "loss_mean"),
     "grad_norm": ("grad_norm", "grad_norm_mean", "grad_norm_max"),
+    "layer_grad_norm": (),  # grad_norm/<group>: the groups are known only once the model is built
 }
 
 
@@ -70,10 +73,6 @@ def interval_stats(values: list[float], *, finite_mean: bool = True) -> tuple[fl
     return mean, (math.nan if any(map(math.isnan, values)) else max(values))
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.5g}"
-
-
 _SHOWN = (
     ("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("throughput", "tokens/s"),
     ("samples_per_s", "samples/s"), ("step_time_ms", "step_ms"), ("loss_scale", "loss_scale"),
@@ -84,21 +83,45 @@ _SHOWN = (
 def console_line(record: dict[str, Any]) -> str:
     """The one verbose console line of a logged step."""
     parts = [f"step {record.get('step')}"]
-    parts.extend(f"{label} {_fmt(float(record[key]))}" for key, label in _SHOWN if key in record)
+    parts.extend(f"{label} {fmt_number(record[key], 5)}" for key, label in _SHOWN if key in record)
     return "msmon: " + " | ".join(parts)
 
 
 @dataclass
 class StepProgress:
-    """Where training is, updated by the callback on every step end (read from other threads)."""
+    """Where training is, updated by the callback at every step's begin and end (read from other threads)."""
 
     last_step: int = 0
     last_end_monotonic: float = 0.0
+    begun_step: int = 0
+    begun_monotonic: float = 0.0
+    training_thread: int | None = None  # the ident of the thread that trains (its stack is the one that matters)
     total_steps: int | None = None
     recent_step_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     _wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic(), repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_step_seconds(self, seconds: float) -> None:
+        """Training thread, logging steps only: one more step duration."""
+        with self._lock:
+            self.recent_step_seconds.append(seconds)
+
+    def step_seconds(self) -> list[float]:
+        """Any thread: a consistent copy of the recent step durations."""
+        with self._lock:
+            return list(self.recent_step_seconds)
+
+    def steady_step_seconds(self, log_interval: int) -> list[float]:
+        """The recent step durations without the first step's graph compilation: at log_interval 1 the first
+        logged step is step 1, which holds it (at a longer interval its time is spread over the interval)."""
+        seconds = self.step_seconds()
+        return seconds[1:] if log_interval == 1 else seconds
+
+    def wall(self, monotonic: float) -> float:
+        """The unix time of a ``time.monotonic()`` reading of this process."""
+        return monotonic + self._wall_offset
 
     @property
     def last_end_wall(self) -> float | None:
         """Unix time of the last step end (None before the first step)."""
-        return self.last_end_monotonic + self._wall_offset if self.last_step else None
+        return self.wall(self.last_end_monotonic) if self.last_step else None

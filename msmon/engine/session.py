@@ -12,17 +12,28 @@ from pathlib import Path
 from typing import Any
 
 from msmon.config.schema import MonitorSettings
+from msmon.engine.backend_runner import BackendRunner
 from msmon.engine.backends import backend_class
 from msmon.engine.callback import StepObserver, make_callback
-from msmon.engine.deadseries import DeadSeriesWatch
 from msmon.engine.diskguard import DiskGuard
+from msmon.engine.flight import FlightRecorder
 from msmon.engine.heartbeat import Heartbeat
+from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import StepProgress, canonical_metrics, console_line
-from msmon.engine.writer import BackendRunner, Writer, describe
+from msmon.engine.writer import Writer
+from msmon.errors import describe
 
 logger = logging.getLogger("msmon")
 
-CLOSE_TIMEOUT_S = 20.0
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """What listeners are told on every writer cycle (``on_status``)."""
+
+    last_step: int
+    last_end_wall: float | None  # unix time of the last step end (None before the first)
+    total_steps: int | None
+    dropped_records: int
 
 
 @dataclass
@@ -33,8 +44,9 @@ class SessionSummary:
     records_written: int = 0
     last_step: int = 0
     last_record: dict[str, Any] | None = None
-    lost_records: int = 0
+    records_lost: int | None = None  # records metrics.jsonl (the file backend) did not keep; None without it
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backends_failed_to_close: list[str] = field(default_factory=list)
     disk_guard: str | None = None
 
 
@@ -49,6 +61,7 @@ class MonitorSession:
         config: Mapping[str, Any] | None = None,
         rank: int = 0,
         world_size: int = 1,
+        writer_rank: int = 0,
         listeners: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
@@ -56,16 +69,20 @@ class MonitorSession:
         self.world_size = world_size
         self.config = config
         per_rank = settings.writer.per_rank
-        self.writes = settings.enable_monitor and (rank == 0 or per_rank)
+        # one rank writes the metrics (``writer_rank``: 0, or the first rank holding the loss under pipeline stages)
+        self.writes = settings.enable_monitor and (rank == writer_rank or per_rank)
         self.run_dir = Path(run_dir) / f"rank_{rank}" if per_rank and rank else Path(run_dir)
         self.progress = StepProgress()
         self.stop_reason: str | None = None
         self.disk_guard_reason: str | None = None
         self._metrics = canonical_metrics(settings.track_metrics)
-        self._dead = DeadSeriesWatch(frozenset(self._metrics))
         self._heartbeat = Heartbeat(self.run_dir, self.progress, rank)
+        self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval)
         self.disk_guard = DiskGuard(self.run_dir, settings.disk)
         self._callback: Any = None
+        # flight recorder (issue 13): filled by the callback, dumped by health on an alert (msmon.health.attach)
+        steps = settings.flight_recorder.steps
+        self.flight_recorder = FlightRecorder(self.run_dir, settings.flight_recorder) if self.writes and steps else None
         self._summary: SessionSummary | None = None
         self._close_lock = threading.Lock()
         self._started = False
@@ -73,7 +90,8 @@ class MonitorSession:
         for runner in runners:
             runner.on_failure = self._on_backend_failure
         self.writer = Writer(
-            runners, listeners, settings.writer.queue_size, tick=self._tick, on_record=self._on_record
+            runners, [self.rank_heartbeat, *listeners], settings.writer.queue_size, tick=self._tick,
+            on_record=self._on_record, status=self.status,
         )
 
     def _make_backends(self) -> list[Any]:
@@ -104,6 +122,7 @@ class MonitorSession:
                 except Exception as exc:  # its open() fails and is reported by the writer
                     logger.debug("msmon: backend '%s' prepare failed: %s", runner.backend.name, describe(exc))
             self.writer.start()
+            self.rank_heartbeat.start()
             atexit.register(self._close_at_exit)
         return self
 
@@ -111,8 +130,9 @@ class MonitorSession:
         """The MindSpore Callback for this session (the same object on every call)."""
         if self._callback is None:
             observer = StepObserver(
-                self.settings, self.progress, self.writer.put if self.writes else None, self,
-                rank=self.rank, world_size=self.world_size, config=self.config,
+                self.settings, self.progress, self.writer.put if self.settings.enable_monitor else None, self,
+                rank=self.rank, world_size=self.world_size, config=self.config, reduced=not self.writes,
+                flight=self.flight_recorder,
             )
             self._callback = make_callback(observer)
             if self.settings.verbose:
@@ -124,43 +144,57 @@ class MonitorSession:
         return self._callback
 
     def add_listener(self, listener: Any) -> None:
-        """A consumer of records on the writer thread (``on_record(record)``, ``close()``)."""
+        """A consumer on the writer thread: ``on_record(record)``, ``close()``, and optionally
+        ``on_alert(alert)`` and ``on_status(SessionStatus)``."""
         self.writer.add_listener(listener)
 
     def emit_alert(self, alert: dict[str, Any]) -> None:
-        """Show an alert in the backends that can show text."""
+        """Show an alert in the backends that can show text and hand it to the listeners."""
         self.writer.emit_alert(alert)
+
+    @property
+    def dropped_records(self) -> int:
+        """Records dropped so far: the callback's queue and every backend's."""
+        return self.writer.queue.dropped + sum(runner.dropped for runner in self.writer.runners)
+
+    def status(self) -> SessionStatus:
+        """Where the run is, for listeners (called on the writer thread)."""
+        progress = self.progress
+        return SessionStatus(progress.last_step, progress.last_end_wall, progress.total_steps, self.dropped_records)
 
     def request_stop(self, reason: str) -> None:
         """Ask training to stop gracefully at the next step end (the first reason is kept)."""
         if self.stop_reason is None:
             self.stop_reason = reason
 
-    def close(self, status: str = "completed") -> SessionSummary:
-        """Flush everything, close the backends and listeners; safe to call more than once."""
+    def close(self, status: str = "completed", budget_cap_s: float | None = None) -> SessionSummary:
+        """Flush everything, close the backends (each within its own budget, ``budget_cap_s`` shortening them)
+        and the listeners; safe to call more than once."""
         with self._close_lock:
             if self._summary is not None:
                 return self._summary
             atexit.unregister(self._close_at_exit)
-            if self._started:
-                self.writer.close(status, CLOSE_TIMEOUT_S)
+            late = self.writer.close(status, budget_cap_s) if self._started else []
             if self.writes:
                 self._heartbeat.tick(force=True)
-            self._summary = self._make_summary()
+            if self._started:
+                self.rank_heartbeat.stop(status)
+            self._summary = self._make_summary(late)
             return self._summary
 
     def _close_at_exit(self) -> None:
         self.close("interrupted")
 
-    def _make_summary(self) -> SessionSummary:
+    def _make_summary(self, late: list[str]) -> SessionSummary:
         stats = [runner.stats for runner in self.writer.runners]
         return SessionSummary(
-            dropped_records=self.writer.queue.dropped + sum(s.dropped for s in stats),
+            dropped_records=self.dropped_records,
             records_written=max((s.written for s in stats), default=0),
             last_step=self.progress.last_step,
             last_record=self.writer.last_record,
-            lost_records=sum(s.lost for s in stats),
+            records_lost=next((s.lost + s.dropped for s in stats if s.name == "file"), None),
             backends={s.name: asdict(s) for s in stats},
+            backends_failed_to_close=late,
             disk_guard=self.disk_guard_reason,
         )
 
@@ -168,7 +202,6 @@ class MonitorSession:
     def _on_record(self, record: dict[str, Any]) -> None:
         if self.settings.verbose:
             logger.info(console_line(record))
-        self._dead.on_record(record)
 
     def _tick(self) -> None:
         if not self.writes:

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from msmon import layout
 from msmon.health.monitor import HealthMonitor, Sink
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
 from msmon.health.watchdog import Watchdog
+from msmon.util.attempt import current
 
 __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 
@@ -59,7 +61,7 @@ class _Listener:
 def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
     """alerts.jsonl, the console, the backends, and the optional webhook and command hook."""
     alerts = settings.health.alerts
-    sinks: list[Sink] = [AlertFile(Path(run_dir) / "alerts.jsonl"), ConsoleSink()]
+    sinks: list[Sink] = [AlertFile(Path(run_dir) / layout.ALERTS), ConsoleSink()]
     if hasattr(session, "emit_alert"):
         sinks.append(BackendSink(session.emit_alert))
     if alerts.webhook_url:
@@ -69,19 +71,30 @@ def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
     return sinks
 
 
-def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str, Any] | None = None) -> HealthHandle:
-    """Add the health listener to ``session`` and start the stall watchdog (``settings``: MonitorSettings)."""
+def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str, Any] | None = None, *,
+           watchdog: bool = True) -> HealthHandle:
+    """Add the health listener to ``session`` and start the stall watchdog (``settings``: MonitorSettings).
+
+    ``watchdog`` false: the stall is watched elsewhere (``msmon run``'s parent watches every rank's heartbeat and
+    owns the stall alert; this in-process thread would raise a second one for the same hang)."""
     health = settings.health
     if not health.enabled:
         return HealthHandle(None, None)
+    recorder = getattr(session, "flight_recorder", None)  # the window before each alert, written to context/
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
-                            request_stop=getattr(session, "request_stop", None))
+                            request_stop=getattr(session, "request_stop", None),
+                            context=recorder.dump if recorder is not None else None)
+    attempt = current()
+    if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
+        from msmon.health.replay import history
+
+        monitor.warm(history(Path(run_dir), attempt.resumed_from_step))
     progress = session.progress
-    watchdog = None
-    if health.stall.enabled:
-        watchdog = Watchdog(monitor, progress, poll_s=health.stall.poll_s, log_interval=settings.log_interval)
-    handle = HealthHandle(monitor, watchdog)
+    thread = None
+    if health.stall.enabled and watchdog:
+        thread = Watchdog(monitor, progress, poll_s=health.stall.poll_s, log_interval=settings.log_interval)
+    handle = HealthHandle(monitor, thread)
     session.add_listener(_Listener(handle, progress))
-    if watchdog is not None:
-        watchdog.start()
+    if thread is not None:
+        thread.start()
     return handle

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from msmon.util.numbers import json_safe
 
 Severity = Literal["warning", "critical"]
 
@@ -30,10 +31,11 @@ class Alert:
     message: str
     values: dict[str, Any]
     action: str
+    context_file: str | None = None  # the flight recorder's window before it, relative to the run directory
 
     def to_dict(self) -> dict[str, Any]:
-        """The alert as a plain dict (non-finite floats kept as floats)."""
-        return {
+        """The alert as a plain dict (non-finite floats kept as floats; ``context_file`` only when written)."""
+        data = {
             "time": self.time,
             "step": self.step,
             "detector": self.detector,
@@ -42,27 +44,10 @@ class Alert:
             "values": dict(self.values),
             "action": self.action,
         }
+        if self.context_file is not None:
+            data["context_file"] = self.context_file
+        return data
 
     def to_json(self) -> str:
         """Strict JSON (non-finite numbers as the strings "NaN", "Infinity", "-Infinity")."""
         return json.dumps(json_safe(self.to_dict()), sort_keys=False)
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats replaced by the strings msmon replay reads back."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def fmt(value: float | None) -> str:
-    """A number for a message: 4 significant digits, NaN/Inf spelled out."""
-    if value is None:
-        return "n/a"
-    if not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    return f"{value:.4g}"

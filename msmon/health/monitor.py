@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from msmon.config.health import HealthSettings
 from msmon.health.alert import Alert, Signal
 from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.stall import StallDetector
-from msmon.health.settings import HealthSettings
+from msmon.health.groups import GroupNorms
 
 logger = logging.getLogger("msmon")
+
+SINKS_CLOSE_S = 8.0  # what is still being delivered when the run ends gets this long, then it is abandoned
+
+
+def stop_reason(detector: str, step: int, message: str) -> str:
+    """What a detector's ``stop`` action leaves as the run's error: ``stall at step 120: ...``."""
+    return f"{detector} at step {step}: {message}"
+
+
+def stopping_detector(reason: str | None) -> str | None:
+    """The detector named by a ``stop_reason``, or None."""
+    head = (reason or "").split(" at step ", 1)
+    return head[0] if len(head) == 2 and head[0].isidentifier() else None
 
 
 class Sink(Protocol):
@@ -24,13 +39,16 @@ class Sink(Protocol):
 
     def handle(self, alert: Alert) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, deadline: float | None = None) -> None: ...
 
 
 class HealthMonitor:
     """One instance per run: the same object and code path live (a session listener) and in replay.
 
-    Thread-safe: the writer thread calls ``on_record``, the watchdog thread ``check_stall``.
+    Thread-safe: the writer thread calls ``on_record``, the watchdog thread ``check_stall``. ``context(step,
+    detector)``, when given, writes the flight recorder's window before an alert and returns its path (the alert's
+    ``context_file``); the per-group gradient norms of the records name the group behind growth, spike and
+    non-finite alerts (msmon.health.groups).
     """
 
     def __init__(
@@ -40,11 +58,14 @@ class HealthMonitor:
         *,
         sinks: Sequence[Sink] = (),
         request_stop: Callable[[str], None] | None = None,
+        context: Callable[[int, str], str | None] | None = None,
     ) -> None:
         self.settings = settings
         self.detectors: list[Detector] = build_detectors(settings, config)
         self.sinks = list(sinks)
         self.request_stop = request_stop
+        self.context = context
+        self.groups = GroupNorms()
         self.alerts: list[Alert] = []
         self.suppressed = 0
         self.stop_reason: str | None = None
@@ -74,6 +95,7 @@ class HealthMonitor:
         """Run every detector on one record; return the alerts raised (after rate limiting)."""
         raised: list[Alert] = []
         with self._lock:
+            self.groups.observe(record)
             for det in list(self.detectors):
                 try:
                     signal = det.observe(record)
@@ -83,25 +105,70 @@ class HealthMonitor:
                     self.detectors.remove(det)
                     continue
                 if signal is not None:
+                    signal = self.groups.explain(det.name, signal, record)
                     alert = self._raise(det.name, signal, record.get("step"), record.get("time"))
                     if alert is not None:
                         raised.append(alert)
         return raised
 
-    def check_stall(
-        self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
-        now: float,
-    ) -> Alert | None:
-        """The watchdog's entry point: a stall alert when no step has ended for the timeout."""
+    def warm(self, records: Iterable[dict[str, Any]]) -> int:
+        """A resumed run: feed the detectors the records kept from its earlier attempts, raising nothing, then mark
+        the restart (``resumed``): no blind warm-up and no false alarm at the first new record. Records fed."""
+        fed = 0
+        with self._lock:
+            for record in records:
+                fed += 1
+                for det in self.detectors:
+                    try:
+                        det.observe(record)
+                    except Exception:  # noqa: BLE001, S112 - a detector that fails on history fails live again
+                        continue
+        self.resumed()
+        return fed
+
+    def resumed(self) -> None:
+        """The training restarted from a checkpoint: detectors that measure time between records or skip a
+        compiling first step start that part again (their ``resumed()``); the new attempt's alerts and stop are its
+        own (an earlier stop and the rate limit start again: a second hang must stop the run again)."""
+        with self._lock:
+            self.stop_reason = None
+            self._last.clear()
+            for det in self.detectors:
+                hook = getattr(det, "resumed", None)
+                if hook is not None:
+                    hook()
+
+    def stall_due(self, idle_s: float, last_step: int | None, step_seconds: Sequence[float]) -> float | None:
+        """The stall timeout when ``check_stall`` would raise now, else None (the watcher of ``msmon run``
+        captures the ranks' stacks first)."""
         with self._lock:
             stall = self.stall
-            signal = stall.check(idle_s, last_step, last_end_wall, step_seconds) if stall else None
+            return stall.due(idle_s, last_step, step_seconds) if stall else None
+
+    def check_stall(
+        self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
+        now: float, detail: str | None = None, values: dict[str, Any] | None = None,
+    ) -> Alert | None:
+        """The watchdog's entry point: a stall alert when no step has ended for the timeout (``detail`` and
+        ``values``: where it hangs, from the watcher of ``msmon run``)."""
+        with self._lock:
+            stall = self.stall
+            signal = stall.check(idle_s, last_step, last_end_wall, step_seconds, detail, values) if stall else None
             return self._raise("stall", signal, last_step or 0, now) if signal else None
 
+    def report(self, detector: str, signal: Signal, step: Any, time: Any) -> Alert | None:
+        """An alert judged outside this monitor's own detectors (another rank's values, by the watcher of
+        ``msmon run``): the same record, rate limit, sinks and action."""
+        with self._lock:
+            return self._raise(detector, signal, step, time)
+
     def close(self) -> None:
+        """Close every sink by one shared deadline (a hung webhook and a hung command hook cost
+        SINKS_CLOSE_S together, not one after the other)."""
+        deadline = time.monotonic() + SINKS_CLOSE_S
         for sink in self.sinks:
             try:
-                sink.close()
+                sink.close(deadline)
             except Exception as exc:  # noqa: BLE001
                 logger.warning("alert sink %s failed to close: %s", type(sink).__name__, exc)
 
@@ -111,8 +178,9 @@ class HealthMonitor:
             self.suppressed += 1
             return None
         action = getattr(self.settings, detector).action
-        alert = Alert(when, step if isinstance(step, int) else -1, detector, signal.severity, signal.message,
-                      signal.values, action)
+        step = step if isinstance(step, int) else -1
+        context = self.context(step, detector) if self.context is not None and step >= 0 else None
+        alert = Alert(when, step, detector, signal.severity, signal.message, signal.values, action, context)
         self.alerts.append(alert)
         for sink in self.sinks:
             if action == "log" and not sink.quiet:
@@ -122,7 +190,7 @@ class HealthMonitor:
             except Exception as exc:  # noqa: BLE001 - an alert sink must never break training
                 logger.warning("alert sink %s failed: %s", type(sink).__name__, exc)
         if action == "stop" and self.stop_reason is None:
-            self.stop_reason = f"{detector} at step {alert.step}: {signal.message}"
+            self.stop_reason = stop_reason(detector, alert.step, signal.message)
             if self.request_stop is not None:
                 self.request_stop(self.stop_reason)
         return alert

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -10,65 +9,86 @@ from typing import Any
 
 import yaml
 
+from msmon import layout
 from msmon.config.coerce import build
+from msmon.config.health import HealthSettings
 from msmon.errors import MsmonError
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
-from msmon.health.settings import HealthSettings
+from msmon.util.jsonfiles import parse_object, read_json_object, read_jsonl
+from msmon.util.numbers import as_number, with_nonfinite_floats
 
 logger = logging.getLogger("msmon")
 
-NONFINITE_STRINGS = {"nan": float("nan"), "infinity": float("inf"), "+infinity": float("inf"),
-                     "-infinity": float("-inf"), "inf": float("inf"), "+inf": float("inf"), "-inf": float("-inf")}
+WARM_RECORDS = 5000  # a resumed run's detectors start from at most this many recorded records
 
 
-def parse_record(text: str, where: str) -> dict[str, Any]:
-    """One JSON Lines record: an object with an integer ``step``; "NaN"/"Infinity" strings become floats."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MsmonError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})",
-                         "each line must be one JSON object") from exc
-    if not isinstance(data, dict):
-        raise MsmonError(f"{where}: expected a JSON object, got {type(data).__name__}",
-                         'write {"step": N, "loss": ...} per line')
-    record = {key: _value(value) for key, value in data.items()}
+def check_record(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A record with an integer ``step`` and numeric ``time``; "NaN"/"Infinity" strings become floats."""
+    record = with_nonfinite_floats(data)
     step = record.get("step")
     if isinstance(step, float) and step.is_integer():
         step = record["step"] = int(step)
     if isinstance(step, bool) or not isinstance(step, int):
         raise MsmonError(f"{where}: 'step' must be an integer, got {step!r}", 'add "step": N to every line')
     when = record.get("time")
-    if when is not None and (isinstance(when, bool) or not isinstance(when, int | float)):
+    if when is not None and as_number(when) is None:
         raise MsmonError(f"{where}: 'time' must be unix seconds, got {when!r}", "drop it or write a number")
     return record
 
 
-def _value(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lower() in NONFINITE_STRINGS:
-        return NONFINITE_STRINGS[value.strip().lower()]
-    return value
+def parse_record(text: str, where: str) -> dict[str, Any]:
+    """One JSON Lines record (see ``check_record``); MsmonError naming ``where`` otherwise."""
+    try:
+        data = parse_object(text)
+    except ValueError as exc:
+        raise MsmonError(f"{where}: {exc}", "each line must be one JSON object") from None
+    return check_record(data, where)
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
     """Records of a JSON Lines file; a half-written last line (a killed run) is skipped with a warning."""
     try:
-        text = path.read_text(encoding="utf-8")
+        lines = read_jsonl(path)
     except FileNotFoundError as exc:
         raise MsmonError(f"{path}: no such file", "pass a run directory or a JSON Lines file") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise MsmonError(f"{path}: cannot read ({exc})", "pass a UTF-8 JSON Lines file") from exc
-    lines = text.split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    if lines.bad:
+        number, reason = lines.bad[0]
+        raise MsmonError(f"{path}:{number}: {reason}", "each line must be one JSON object")
+    for number, data in zip(lines.lines, lines.rows, strict=True):
+        yield check_record(data, f"{path}:{number}")
+    if lines.truncated_tail:
+        logger.warning("%s: skipped a half-written last line", path)
+
+
+def history(run_dir: Path, up_to_step: int, limit: int = WARM_RECORDS) -> list[dict[str, Any]]:
+    """The last ``limit`` records of the run's metrics.jsonl up to ``up_to_step`` (unreadable lines skipped): what
+    a resumed run's detectors start from."""
+    try:
+        lines = read_jsonl(run_dir / layout.METRICS)
+    except OSError:
+        return []
+    kept = []
+    for data in lines.rows:
         try:
-            yield parse_record(line, f"{path}:{number}")
+            record = check_record(data, str(run_dir / layout.METRICS))
         except MsmonError:
-            if number == len(lines) and not text.endswith("\n"):
-                logger.warning("%s:%d: skipped a half-written last line", path, number)
-                return
-            raise
+            continue
+        if record["step"] <= up_to_step:
+            kept.append(record)
+    return kept[-limit:]
+
+
+def resume_steps(run_dir: Path) -> list[int]:
+    """The steps the later attempts of a run resumed from (run.json ``attempts``), in order."""
+    try:
+        entries = read_json_object(run_dir / layout.RUN_JSON).get("attempts") or []
+    except (OSError, ValueError):
+        return []
+    steps = [entry.get("resumed_from_step") for entry in entries[1:] if isinstance(entry, dict)]
+    return sorted(step if isinstance(step, int) else 0 for step in steps)
 
 
 def _yaml(path: Path) -> dict[str, Any]:
@@ -109,18 +129,18 @@ def health_settings(section: Any, where: str) -> HealthSettings:
 
 def run_dir_inputs(run_dir: Path) -> tuple[Path, HealthSettings, dict[str, Any], int | None]:
     """(metrics file, the run's health settings, its training config, total steps) of a run directory."""
-    metrics = run_dir / "metrics.jsonl"
+    metrics = run_dir / layout.METRICS
     if not metrics.is_file():
         raise MsmonError(f"{run_dir}: no metrics.jsonl in this directory", "pass a run directory of msmon run")
-    resolved = _yaml(run_dir / "monitor_config.resolved.yaml")
+    resolved = _yaml(run_dir / layout.RESOLVED_MONITOR)
     section = resolved.get("monitor_config", resolved)
     section = section.get("health") if isinstance(section, dict) else None
-    settings = health_settings(section, str(run_dir / "monitor_config.resolved.yaml"))
-    config = _training_config(run_dir / "config.yaml")
+    settings = health_settings(section, str(run_dir / layout.RESOLVED_MONITOR))
+    config = _training_config(run_dir / layout.CONFIG_SNAPSHOT)
     total = None
     try:
-        total = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("total_steps")
-    except (OSError, ValueError, AttributeError):
+        total = read_json_object(run_dir / layout.RUN_JSON).get("total_steps")
+    except (OSError, ValueError):
         pass
     return metrics, settings, config, total if isinstance(total, int) else None
 
@@ -134,7 +154,9 @@ def replay(
     """
     source = Path(path)
     total = None
+    boundaries: list[int] = []
     if source.is_dir():
+        boundaries = resume_steps(source)
         metrics, own_settings, own_config, total = run_dir_inputs(source)
         settings = settings or own_settings
         config = config if config is not None else own_config
@@ -145,7 +167,13 @@ def replay(
     monitor = HealthMonitor(settings or HealthSettings(), config)
     monitor.set_total_steps(total)
     count = 0
+    previous: int | None = None
     for record in read_records(metrics):
+        # a later attempt starts here: the detectors see the restart as they did live
+        while boundaries and boundaries[0] < record["step"]:
+            if previous is not None and previous <= boundaries.pop(0):
+                monitor.resumed()
         monitor.observe(record)
+        previous = record["step"]
         count += 1
     return sorted(monitor.alerts, key=lambda alert: alert.step), count

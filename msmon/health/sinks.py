@@ -24,7 +24,7 @@ logger = logging.getLogger("msmon")
 _STOP = object()
 
 
-def console_line(alert: Alert) -> str:
+def alert_line(alert: Alert) -> str:
     """``HEALTH ALERT [critical] step 120 nonfinite: loss is NaN ...``"""
     return f"HEALTH ALERT [{alert.severity}] step {alert.step} {alert.detector}: {alert.message}"
 
@@ -43,8 +43,8 @@ class AlertFile:
         with self._lock, self.path.open("a", encoding="utf-8") as handle:
             handle.write(line)
 
-    def close(self) -> None:
-        return None
+    def close(self, deadline: float | None = None) -> None:
+        """Nothing to wait for."""
 
 
 class ConsoleSink:
@@ -57,10 +57,10 @@ class ConsoleSink:
             level = logging.INFO
         else:
             level = logging.ERROR if alert.severity == "critical" else logging.WARNING
-        logger.log(level, console_line(alert))
+        logger.log(level, alert_line(alert))
 
-    def close(self) -> None:
-        return None
+    def close(self, deadline: float | None = None) -> None:
+        """Nothing to wait for."""
 
 
 class BackendSink:
@@ -74,8 +74,8 @@ class BackendSink:
     def handle(self, alert: Alert) -> None:
         self.emit(alert.to_dict())
 
-    def close(self) -> None:
-        return None
+    def close(self, deadline: float | None = None) -> None:
+        """Nothing to wait for."""
 
 
 class AsyncSink:
@@ -101,17 +101,21 @@ class AsyncSink:
             self.dropped += 1
             self._warn(f"{self.name}: queue full, alert dropped (the receiver is slow or down)")
 
-    def close(self) -> None:
-        """Deliver what is queued, waiting at most ``close_timeout_s``; a hung receiver is abandoned."""
-        deadline = time.monotonic() + self._close_timeout
+    def close(self, deadline: float | None = None) -> None:
+        """Deliver what is queued until ``deadline`` (monotonic; default: ``close_timeout_s`` from now); a
+        receiver still busy then is abandoned."""
+        deadline = time.monotonic() + self._close_timeout if deadline is None else deadline
         try:
-            self._queue.put(_STOP, timeout=self._close_timeout)
-        except queue.Full:
-            self._warn(f"{self.name}: still busy at close; abandoned")
+            self._queue.put_nowait(_STOP)
+        except queue.Full:  # the receiver has not taken an alert for a while: it hangs
+            self._abandon()
             return
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            self._warn(f"{self.name}: still busy at close; abandoned")
+            self._abandon()
+
+    def _abandon(self) -> None:
+        self._warn(f"{self.name}: still busy at close; abandoned")
 
     def deliver(self, alert: Alert) -> None:
         raise NotImplementedError
@@ -143,11 +147,11 @@ class WebhookSink(AsyncSink):
         super().__init__("webhook", queue_size, close_timeout_s=timeout_s + 1.0)
 
     def deliver(self, alert: Alert) -> None:
-        request = urllib.request.Request(
+        request = urllib.request.Request(  # noqa: S310 - the user's webhook; validate (MS802) allows http(s) only
             self.url, data=alert.to_json().encode("utf-8"), method="POST",
             headers={"Content-Type": "application/json", "User-Agent": "msmon"},
         )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - user's URL
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - see the Request above
             response.read()
 
 
@@ -157,15 +161,31 @@ class CommandSink(AsyncSink):
     def __init__(self, argv: list[str], timeout_s: float, queue_size: int = 100) -> None:
         self.argv = list(argv)
         self.timeout_s = timeout_s
+        self._process: subprocess.Popen[str] | None = None
         super().__init__("command hook", queue_size, close_timeout_s=timeout_s + 1.0)
 
     def deliver(self, alert: Alert) -> None:
         started = time.monotonic()
-        result = subprocess.run(  # noqa: S603 - argv list from the user's config, no shell
-            self.argv, input=alert.to_json() + "\n", text=True, capture_output=True, timeout=self.timeout_s,
-            check=False,
+        process = subprocess.Popen(  # noqa: S603 - argv list from the user's config, no shell
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
-        if result.returncode != 0:
-            tail = (result.stderr or "").strip().splitlines()[-1:] or [""]
-            raise RuntimeError(f"{self.argv[0]} exited {result.returncode} after "
+        self._process = process
+        try:
+            _, stderr = process.communicate(alert.to_json() + "\n", timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise RuntimeError(f"{self.argv[0]} killed after its timeout of {self.timeout_s:g} s") from None
+        finally:
+            self._process = None
+        if process.returncode != 0:
+            tail = (stderr or "").strip().splitlines()[-1:] or [""]
+            raise RuntimeError(f"{self.argv[0]} exited {process.returncode} after "
                                f"{time.monotonic() - started:.1f} s {tail[0]}".rstrip())
+
+    def _abandon(self) -> None:
+        """A command still running when the run ends is killed: nothing of the run outlives it."""
+        process = self._process
+        if process is not None:
+            process.kill()
+        super()._abandon()

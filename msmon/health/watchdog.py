@@ -12,20 +12,6 @@ from msmon.health.monitor import HealthMonitor
 logger = logging.getLogger("msmon")
 
 
-def step_seconds(progress: Any, log_interval: int) -> list[float]:
-    """Recent step durations without the first step (graph compilation) when it is among them."""
-    for _ in range(3):  # the training thread may append while we copy
-        try:
-            seconds = list(progress.recent_step_seconds)
-            break
-        except RuntimeError:
-            continue
-    else:
-        return []
-    # with log_interval 1 the first logged step is step 1, which holds the compilation
-    return seconds[1:] if log_interval == 1 else seconds
-
-
 class Watchdog:
     """Every ``poll_s``: idle time since the last step end -> ``monitor.check_stall``.
 
@@ -68,4 +54,4 @@ class Watchdog:
         since = p.last_end_monotonic if last_step is not None else max(p.last_end_monotonic or 0.0, self._started)
         wall = p.last_end_wall if last_step is not None else None
         self.monitor.check_stall(time.monotonic() - since, last_step, wall,
-                                 step_seconds(p, self.log_interval), time.time())
+                                 p.steady_step_seconds(self.log_interval), time.time())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -16,8 +15,10 @@ import yaml
 
 from msmon.config.loader import read_config_text
 from msmon.errors import MsmonError
-from msmon.ops.files import atomic_write_bytes, file_lock, write_temp
-from msmon.util.atomic import atomic_write_json
+from msmon.util.atomic import atomic_write_bytes, atomic_write_json, write_temp
+from msmon.util.files import file_lock
+from msmon.util.jsonfiles import read_json_object
+from msmon.util.mapping import flatten
 
 BACKUP_DIR = "monitor_config_backup"
 INDEX = "index.json"
@@ -63,10 +64,9 @@ def _read_source(config: Path) -> bytes:
 
 def _index(directory: Path) -> dict[str, Any]:
     try:
-        data = json.loads((directory / INDEX).read_text(encoding="utf-8"))
+        copies = read_json_object(directory / INDEX).get("copies")
     except (OSError, ValueError):
         return {}
-    copies = data.get("copies") if isinstance(data, dict) else None
     return copies if isinstance(copies, dict) else {}
 
 
@@ -84,7 +84,8 @@ def list_copies(config: str | os.PathLike[str], dest: str | os.PathLike[str] | N
         found.append((stamp, int(match["n"] or 0), path))
     copies = []
     for number, (stamp, _n, path) in enumerate(sorted(found), start=1):
-        entry = notes.get(path.name) if isinstance(notes.get(path.name), dict) else {}
+        entry = notes.get(path.name)
+        entry = entry if isinstance(entry, dict) else {}
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         copies.append(BackupCopy(number, path, stamp, digest, entry.get("note")))
     return copies
@@ -151,18 +152,7 @@ def monitor_config_keys(data: bytes) -> dict[str, Any] | None:
     except (yaml.YAMLError, UnicodeDecodeError):
         return None
     section = tree.get("monitor_config") if isinstance(tree, dict) else None
-    flat: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict) and node:
-            for key, value in node.items():
-                walk(value, f"{prefix}.{key}" if prefix else str(key))
-        else:
-            flat[prefix] = node
-
-    if isinstance(section, dict):
-        walk(section, "")
-    return flat
+    return flatten(section) if isinstance(section, dict) else {}
 
 
 def key_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import shutil
@@ -17,11 +16,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from msmon.compat import mindinsight_env, package_version
 from msmon.errors import ExitCode, MsmonError
-from msmon.ops import board_state, procs
+from msmon.ops import board_state
 from msmon.ops.board_dir import resolve_board_dir
 from msmon.ops.board_state import BoardRecord
-from msmon.ops.files import msmon_home
+from msmon.util import procs
+from msmon.util.files import file_size, msmon_home, tail_lines
+from msmon.util.net import free_port, is_loopback, port_in_use, probe_host
 
 log = logging.getLogger("msmon")
 
@@ -108,22 +110,8 @@ def _started_unix(record: BoardRecord) -> float:
         return 0.0
 
 
-def probe_host(host: str) -> str:
-    """The address to query for a server bound to ``host`` (a wildcard is queried on loopback)."""
-    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _url(host: str, port: int) -> str:
-    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host  # noqa: S104 - a comparison, no bind
     return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
 
 
@@ -144,60 +132,27 @@ def find_binary(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
 
 
-def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """Whether binding ``host:port`` fails (something listens there)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def _argv(backend: BoardBackend, binary: str, directory: Path, host: str, port: int) -> list[str]:
-    if backend.name == "mindinsight":
+def board_argv(
+    backend: str, directory: Path, port: int, host: str = "127.0.0.1", binary: str | None = None
+) -> list[str]:
+    """The board's command line (``binary``: the program's path, default its name)."""
+    program = binary or BACKENDS[backend].binary
+    if backend == "mindinsight":
         workspace = str(msmon_home() / "mindinsight")
-        return [binary, "start", "--port", str(port), "--summary-base-dir", str(directory), "--workspace", workspace]
-    return [binary, "--logdir", str(directory), "--port", str(port), "--host", host]
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES, start: int = 0) -> list[str]:
-    """The last non-empty lines of ``path`` written after byte ``start``."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(start, os.path.getsize(path) - 16384))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+        return [program, "start", "--port", str(port), "--summary-base-dir", str(directory), "--workspace", workspace]
+    return [program, "--logdir", str(directory), "--port", str(port), "--host", host]
 
 
 def _gunicorn_log(port: int) -> Path:
     return msmon_home() / "mindinsight" / "log" / "gunicorn" / f"error.{port}.log"
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def _log_tail(backend: BoardBackend, log_path: Path, port: int, gunicorn_start: int) -> list[str]:
     """The child's own output, plus what MindInsight's gunicorn error log got during this start."""
-    tail = _tail(log_path)
+    tail = tail_lines(log_path, LOG_TAIL_LINES)
     if backend.name == "mindinsight":
         extra = _gunicorn_log(port)
-        extra_tail = _tail(extra, 5, start=gunicorn_start)
+        extra_tail = tail_lines(extra, 5, start=gunicorn_start)
         if extra_tail:
             tail += [f"[{extra}]", *extra_tail]
     return tail
@@ -248,7 +203,7 @@ def start_board(
     if binary is None:
         raise BoardError(f"{spec.binary} is not installed (not on PATH)", f"install it: {spec.install}")
     if port == 0:
-        port = _free_port(host)
+        port = free_port(host)
     elif port_in_use(host, port):
         if detach and (record := _reusable(port, directory, backend)) is not None:
             return BoardHandle(record, detached=True, reused=True)
@@ -269,8 +224,10 @@ def _launch(
     env = dict(os.environ)
     # MindInsight runs `gunicorn` by name: the venv's bin must be on PATH even when it is not activated.
     env["PATH"] = os.pathsep.join([str(Path(binary).parent), str(Path(sys.executable).parent), env.get("PATH", "")])
-    argv = _argv(spec, binary, directory, host, port)
-    gunicorn_start = _size(_gunicorn_log(port))
+    if spec.name == "mindinsight":  # its *_pb2 modules load under protobuf 4+ only with the pure-Python protobuf
+        env.update(mindinsight_env(package_version("protobuf")))
+    argv = board_argv(spec.name, directory, port, host, binary)
+    gunicorn_start = file_size(_gunicorn_log(port))
     with open(log_path, "ab") as out:
         process = subprocess.Popen(  # noqa: S603 - an argv list, never a shell string
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -280,19 +237,17 @@ def _launch(
         backend=spec.name, pid=process.pid, pgid=process.pid, create_time=0.0, port=port, host=host,
         directory=str(directory), url=_url(host, port), log=str(log_path), started=started.isoformat(),
     )
-    handle = BoardHandle(record, detached=detach, process=process)
-    try:
+    try:  # until the board is recorded, any failure stops every process of it: no orphan board
         _wait_healthy(spec, record, process, timeout_s, lambda: _log_tail(spec, log_path, port, gunicorn_start))
+        record.pid = procs.listener_pid(_members(record), port) or process.pid
+        record.create_time = procs.create_time(record.pid)
+        if detach:
+            board_state.add_record(record)
     except BaseException:
         procs.stop_processes(_members(record))
         process.poll()
         raise
-    members = _members(record)
-    record.pid = procs.listener_pid(members, port) or process.pid
-    record.create_time = procs.create_time(record.pid)
-    if detach:
-        board_state.add_record(record)
-    return handle
+    return BoardHandle(record, detached=detach, process=process)
 
 
 def _wait_healthy(

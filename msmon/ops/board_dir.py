@@ -7,31 +7,25 @@ import os
 import re
 from pathlib import Path
 
+from msmon import layout
 from msmon.config.schema import DEFAULT_SAVE_DIR
 from msmon.errors import ExitCode, MsmonError
+from msmon.util.files import subdirs
 
 log = logging.getLogger("msmon")
 
 _SUMMARY = re.compile(r"summary\.\d+|\.pb$|tfevents")
-_RUN_FILES = ("run.json", "heartbeat.json", "metrics.jsonl")
 
 
 def _has_summary(directory: Path) -> bool:
     """Summary or event files, or an msmon run that will write them, directly in ``directory``."""
     try:
         return any(
-            e.is_file(follow_symlinks=False) and (_SUMMARY.search(e.name) or e.name in _RUN_FILES)
+            e.is_file(follow_symlinks=False) and (_SUMMARY.search(e.name) or e.name in layout.MARKERS)
             for e in os.scandir(directory)
         )
     except OSError:
         return False
-
-
-def _subdirs(directory: Path) -> list[Path]:
-    try:
-        return [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
 
 
 def _from_config(path: Path) -> Path:
@@ -53,9 +47,9 @@ def _from_config(path: Path) -> Path:
 
 def _mindinsight_base(directory: Path) -> Path:
     """MindInsight 2.3.1 lists summary directories one level deep only: serve the project level."""
-    if _has_summary(directory) or any(_has_summary(d) for d in _subdirs(directory)):
+    if _has_summary(directory) or any(_has_summary(d) for d in subdirs(directory)):
         return directory
-    projects = [d for d in _subdirs(directory) if any(_has_summary(r) for r in _subdirs(d))]
+    projects = [d for d in subdirs(directory) if any(_has_summary(r) for r in subdirs(d))]
     if not projects:
         return directory
     projects.sort(key=lambda d: d.stat().st_mtime, reverse=True)

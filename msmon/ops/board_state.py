@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from msmon.ops.files import file_lock, msmon_home
 from msmon.util.atomic import atomic_write_json
+from msmon.util.files import file_lock, msmon_home
+from msmon.util.jsonfiles import read_json_object
 
 
 @dataclass
@@ -33,12 +33,12 @@ def state_path() -> Path:
 
 def _read(path: Path) -> list[BoardRecord]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        boards = read_json_object(path).get("boards")
     except (OSError, ValueError):
         return []
     names = {f.name for f in fields(BoardRecord)}
     records = []
-    for item in data.get("boards", []) if isinstance(data, dict) else []:
+    for item in boards if isinstance(boards, list) else []:
         if isinstance(item, dict) and names <= item.keys():
             records.append(BoardRecord(**{k: item[k] for k in names}))
     return records

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msmon.errors import ExitCode, MsmonError
-from msmon.ops.files import tree_size
 from msmon.ops.runs import RunInfo, find_run_dirs, read_run
+from msmon.util.files import tree_size
 
 
 @dataclass

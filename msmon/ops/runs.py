@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import platform
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
+from msmon import layout
 from msmon.errors import MsmonError
+from msmon.ops.ranks import RankReport, report, summary
+from msmon.util import procs
+from msmon.util.files import subdirs
+from msmon.util.jsonfiles import read_json_object, read_jsonl_tail
+from msmon.util.numbers import as_number
 
-MARKERS = ("run.json", "heartbeat.json", "metrics.jsonl")
 STALE_AFTER_S = 600.0
-_TAIL_LIMIT = 4 * 1024 * 1024
 
 
 @dataclass
@@ -38,6 +37,8 @@ class RunInfo:
     alert_count: int | None = None
     heartbeat_age_s: float | None = None
     stale: bool = False
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # per rank: last step, age, state (heartbeats/)
+    ranks_summary: str = "-"
     last_modified: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -50,19 +51,12 @@ class RunInfo:
             "duration_s": self.duration_s, "last_step": self.last_step,
             "last_loss": loss if loss is None or math.isfinite(loss) else str(loss),
             "alert_count": self.alert_count, "heartbeat_age_s": self.heartbeat_age_s, "stale": self.stale,
-            "problems": self.problems,
+            "ranks": self.ranks, "problems": self.problems,
         }
 
 
 def _is_run_dir(path: Path) -> bool:
-    return any((path / name).is_file() for name in MARKERS)
-
-
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        return sorted(Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
+    return any((path / name).is_file() for name in layout.MARKERS)
 
 
 def find_run_dirs(save_dir: Path) -> list[Path]:
@@ -70,48 +64,36 @@ def find_run_dirs(save_dir: Path) -> list[Path]:
     if _is_run_dir(save_dir):
         return [save_dir]
     found = []
-    for child in _subdirs(save_dir):
+    for child in subdirs(save_dir):
         if _is_run_dir(child):
             found.append(child)
         else:
-            found.extend(d for d in _subdirs(child) if _is_run_dir(d))
+            found.extend(d for d in subdirs(child) if _is_run_dir(d))
     return found
 
 
 def read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     """A JSON object from ``path``; None (and a note in ``problems``) when missing or half-written."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return read_json_object(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         problems.append(f"{path.name} unreadable")
         return None
-    if not isinstance(data, dict):
-        problems.append(f"{path.name} is not an object")
-        return None
-    return data
 
 
 def last_records(path: Path, keys: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """For each key, the last parsable JSONL line of ``path`` that has it (reads backwards, at most 4 MiB)."""
+    """For each key, the last record of a JSON Lines file that has it (from its last 4 MiB)."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            handle.seek(max(0, size - _TAIL_LIMIT))
-            data = handle.read()
+        rows = read_jsonl_tail(path).rows
     except OSError:
         return {}
     found: dict[str, dict[str, Any]] = {}
-    for line in reversed(data.splitlines()):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            for key in keys:
-                if key in record and key not in found:
-                    found[key] = record
+    for record in reversed(rows):
+        for key in keys:
+            if key in record and key not in found:
+                found[key] = record
         if len(found) == len(keys):
             break
     return found
@@ -137,10 +119,6 @@ def _time(value: Any) -> datetime | None:
     return None
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def last_modified(path: Path) -> float:
     """The newest mtime of the directory and the files in it (symlinks not followed)."""
     newest = 0.0
@@ -153,28 +131,13 @@ def last_modified(path: Path) -> float:
     return newest
 
 
-def _this_host(host: Any) -> bool:
-    return isinstance(host, str) and host in (socket.gethostname(), platform.node())
-
-
-def _pid_alive(pid: Any, start: datetime | None) -> bool:
-    """Whether ``pid`` runs and was not started after the run (a reused pid is not the run)."""
-    if not isinstance(pid, int):
-        return False
-    try:
-        created = psutil.Process(pid).create_time()
-    except psutil.Error:
-        return False
-    return start is None or created <= start.timestamp() + 5
-
-
 def is_stale(heartbeat: dict | None, run: dict | None, start: datetime | None, age_s: float | None,
              stale_after_s: float) -> bool:
     """A running run is stale when its pid is gone on this host, else when its heartbeat is too old."""
     source = heartbeat or run or {}
     host, pid = source.get("host", (run or {}).get("host")), source.get("pid", (run or {}).get("pid"))
-    if _this_host(host) and isinstance(pid, int):
-        return not _pid_alive(pid, start)
+    if procs.on_this_host(host) and isinstance(pid, int):
+        return not procs.pid_running(pid, None if start is None else start.timestamp() + 5)
     return age_s is None or age_s > stale_after_s
 
 
@@ -182,8 +145,8 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     """Summarise one run directory; never raises on a bad or missing file."""
     now = time.time() if now is None else now
     problems: list[str] = []
-    run = read_json(path / "run.json", problems)
-    heartbeat = read_json(path / "heartbeat.json", problems)
+    run = read_json(path / layout.RUN_JSON, problems)
+    heartbeat = read_json(path / layout.HEARTBEAT, problems)
     rel = path.relative_to(save_dir).parts if path != save_dir else (path.parent.name, path.name)
     project = str((run or {}).get("project_name") or (rel[0] if len(rel) > 1 else "-"))
     info = RunInfo(path=path, project=project, run=str((run or {}).get("run_name") or path.name), status="unknown")
@@ -192,14 +155,17 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         problems.append("no run.json")
     info.last_modified = last_modified(path)
     info.start, info.end = _time((run or {}).get("start_time")), _time((run or {}).get("end_time"))
-    beat = _number((heartbeat or {}).get("time"))
+    beat = as_number((heartbeat or {}).get("time"))
     info.heartbeat_age_s = now - beat if beat is not None else None
-    metric = last_records(path / "metrics.jsonl", ("loss", "step"))
-    info.last_loss = _number(metric.get("loss", {}).get("loss"))
+    metric = last_records(path / layout.METRICS, ("loss", "step"))
+    info.last_loss = as_number(metric.get("loss", {}).get("loss"))
     steps = [(run or {}).get("last_step"), (heartbeat or {}).get("step"), metric.get("step", {}).get("step")]
     known = [int(s) for s in steps if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)]
     info.last_step = max(known) if known else None
-    alerts = _count_lines(path / "alerts.jsonl")
+    ranks = report(path, now)
+    info.ranks = [state.to_json(now) for state in ranks.states]
+    info.ranks_summary = summary(ranks.states)
+    alerts = _count_lines(path / layout.ALERTS)
     info.alert_count = alerts if alerts is not None else (run or {}).get("alert_count")
     recorded = (run or {}).get("status")
     if recorded == "running" or (recorded is None and heartbeat is not None):
@@ -214,6 +180,26 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         end = info.end.timestamp() if info.end else (now if info.status == "running" else beat or info.last_modified)
         info.duration_s = max(0.0, end - info.start.timestamp())
     return info
+
+
+def previous_run(save_dir: Path, run_dir: Path) -> Path | None:
+    """The run of the same project that started last before ``run_dir`` (None when it is the first)."""
+    if not save_dir.is_dir():
+        return None
+    this = read_run(run_dir, save_dir)
+    earlier = [r for r in list_runs(save_dir) if r.project == this.project and r.path.resolve() != run_dir.resolve()
+               and (this.start is None or r.start is None or r.start <= this.start)]
+    return earlier[-1].path if earlier else None
+
+
+def rank_status(run_dir: str | os.PathLike[str]) -> tuple[RunInfo, RankReport]:
+    """``msmon status``: the run and each of its ranks now; MsmonError when it is not a run directory."""
+    path = Path(run_dir)
+    if not path.is_dir() or not _is_run_dir(path):
+        raise MsmonError(f"{path}: not a run directory (no {', '.join(layout.MARKERS)})",
+                         "pass <save_dir>/<project>/<run>; `msmon runs SAVE_DIR` lists them")
+    now = time.time()
+    return read_run(path, path.parent.parent, now=now), report(path, now)
 
 
 def list_runs(save_dir: str | os.PathLike[str], stale_after_s: float = STALE_AFTER_S) -> list[RunInfo]:

@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import socket
-import subprocess
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from msmon import layout
+from msmon.compat import package_version
+from msmon.config.hyperparameters import RUN_STATUSES
 from msmon.runner.rundir import mask_url_passwords
 from msmon.util.atomic import atomic_write_json
-
-RUN_JSON = "run.json"
-STATUSES = ("running", "completed", "failed", "interrupted", "stopped_by_monitor")
+from msmon.util.git import git_commit
+from msmon.util.jsonfiles import read_json_object
 
 
 def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def package_version(name: str) -> str | None:
-    """An installed distribution's version, without importing it."""
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def git_commit(directory: Path) -> str | None:
-    """HEAD of the git repository holding ``directory``, or None."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(directory), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and len(commit) == 40 else None
 
 
 def start_info(
@@ -80,6 +58,9 @@ def start_info(
         "last_step": None,
         "exit_code": None,
         "dropped_records": 0,
+        "records_lost": 0,
+        "backends_failed_to_close": [],
+        "backends": {},
         "alert_count": 0,
         "error": None,
     }
@@ -94,19 +75,23 @@ def finish_info(
     dropped_records: int,
     alert_count: int,
     error: str | None,
+    accounting: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``info`` with the end of the run filled in."""
-    if status not in STATUSES:
+    """``info`` with the end of the run filled in (``accounting``: records_lost, backends_failed_to_close,
+    backends, as results.backend_accounting gives them)."""
+    if status not in RUN_STATUSES:
         raise ValueError(f"unknown run status {status!r}")
     return dict(
         info, status=status, exit_code=exit_code, last_step=last_step, end_time=now_iso(),
-        dropped_records=dropped_records, alert_count=alert_count, error=error,
+        dropped_records=dropped_records, alert_count=alert_count, error=error, **(accounting or {}),
     )
 
 
-def write_run_info(run_dir: Path, info: dict[str, Any], name: str = RUN_JSON) -> None:
+def write_run_info(run_dir: Path, info: dict[str, Any], name: str = layout.RUN_JSON) -> None:
+    """Write run.json atomically (its directory recreated if it was removed during the run)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / name, info)
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / RUN_JSON).read_text(encoding="utf-8"))
+    return read_json_object(run_dir / layout.RUN_JSON)

@@ -7,20 +7,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from msmon.runner.quickstart import ensure_dataset, is_generated
+from msmon.compat import TEMPLATE_DEFAULTS, import_failure, use_legacy
+from msmon.config.datasets import is_generated
+from msmon.errors import MsmonError
+from msmon.runner import cpu_barrier
+from msmon.runner.quickstart import ensure_dataset
+
+
+def use_output_dir(log_dir: Path) -> Path:
+    """Point mindformers' outputs into ``log_dir/output`` (layout.FRAMEWORK_OUTPUT of a run directory) through
+    ``LOCAL_DEFAULT_PATH``; it must happen before the process's first ``import mindformers``, which already
+    writes ``<LOCAL_DEFAULT_PATH>/log``."""
+    output = (log_dir / "output").absolute()
+    os.environ["LOCAL_DEFAULT_PATH"] = str(output)
+    return output
 
 
 def prepare_output(training_config: dict[str, Any], log_dir: Path) -> dict[str, Any]:
-    """Point mindformers' outputs (``output_dir``, ``./output/log``) into ``log_dir/output``.
-
-    Sets ``LOCAL_DEFAULT_PATH`` too; it must happen before the first ``import mindformers`` of the
-    process, which already writes ``<LOCAL_DEFAULT_PATH>/log``.
-    """
-    output = (log_dir / "output").absolute()
-    os.environ["LOCAL_DEFAULT_PATH"] = str(output)
-    config = dict(training_config)
-    config["output_dir"] = str(output)
-    return config
+    """The config with ``output_dir`` (checkpoints, strategies) in ``log_dir/output`` too, and the defaults of
+    mindformers' config template that a config built from a dict lacks (``TEMPLATE_DEFAULTS``)."""
+    return {**TEMPLATE_DEFAULTS, **training_config, "output_dir": str(use_output_dir(log_dir))}
 
 
 def ensure_generated_data(training_config: Mapping[str, Any]) -> None:
@@ -35,11 +41,32 @@ def ensure_generated_data(training_config: Mapping[str, Any]) -> None:
 
 
 def import_framework(log_dir: Path) -> None:
-    """Import mindformers with its logs under ``log_dir/output`` and register msmon's CPU support."""
-    os.environ["LOCAL_DEFAULT_PATH"] = str((log_dir / "output").absolute())
+    """Import mindformers with its logs under ``log_dir/output`` and register msmon's CPU support.
+
+    MsmonError with one line naming the reason when ``import mindformers`` itself fails.
+    """
+    use_output_dir(log_dir)
+    try:
+        import mindformers  # noqa: F401 - its own failure is the environment's, not the training's
+    except Exception as exc:  # noqa: BLE001 - mindformers' import can raise anything (missing package, version clash)
+        raise MsmonError(import_failure("mindformers", exc), "`msmon doctor` checks the environment") from exc
     from msmon.runner.cpu_support import register_cpu_support
 
     register_cpu_support()
+
+
+def prepare_mcore(training_config: Mapping[str, Any]) -> None:
+    """For an mcore model (``use_legacy`` false): record its separate losses, and on CPU put msmon's
+    stand-ins for the graph pieces without a CPU kernel in place (before the network is built)."""
+    if use_legacy(training_config):
+        return
+    import mindformers
+
+    from msmon.engine import loss_parts
+    from msmon.runner.mcore_cpu import apply_if_needed
+
+    loss_parts.install(mindformers.__version__)
+    apply_if_needed(training_config)
 
 
 def train(training_config: dict[str, Any], callbacks: list[Any], log_dir: Path) -> None:
@@ -47,6 +74,8 @@ def train(training_config: dict[str, Any], callbacks: list[Any], log_dir: Path) 
     config = prepare_output(training_config, log_dir)
     ensure_generated_data(config)
     import_framework(log_dir)
+    prepare_mcore(config)
+    cpu_barrier.apply_if_needed(config)
     from mindformers import MindFormerConfig, Trainer
     from mindformers.core.context import build_context
 

@@ -2,7 +2,10 @@
 
 Started by the parent ``msmon run`` (directly, or through msrun for ``--worker-num``) as
 ``python -m msmon.runner.worker`` with ``MSMON_WORKER_SPEC`` in the environment.
-SIGTERM/SIGINT: stop at the next step end; a second one: flush and exit now.
+SIGTERM/SIGINT: stop at the next step end; a second one: the shutdown thread closes the session with short
+budgets, leaves the result and exits (130/143), at the latest after ``FORCED_EXIT_S``. The signal handler
+itself only sets flags and wakes that thread: it may run on the training thread at any point, even while it
+holds a lock of the monitor.
 """
 
 from __future__ import annotations
@@ -16,15 +19,25 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import psutil
 
-from msmon.runner.launcher import SPEC_ENV, result_path
-from msmon.util.atomic import atomic_write_json
+from msmon import layout
+from msmon.errors import describe
+from msmon.runner import stacks
+from msmon.runner.console import ConsoleCapture
+from msmon.runner.framework_output import QuietFilter
+from msmon.runner.results import write_result
+from msmon.runner.training_process import SPEC_ENV
+from msmon.util import logs
+from msmon.util.files import SpaceReserve
 
-CHILD_GRACE_S = 15.0
-EXIT_GUARD_S = 30.0
+CHILD_GRACE_S = 5.0  # this process's children (MindSpore's summary writer pool) get this long to exit
+EXIT_GUARD_S = 10.0  # MindSpore's exit handlers get this long before the process ends anyway
+FORCED_BUDGET_S = 2.0  # after a second signal every backend gets at most this long to close
+FORCED_EXIT_S = 8.0  # after a second signal the process ends within this, whatever hangs
+EXIT_BY_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
 
 logger = logging.getLogger("msmon")
 
@@ -39,22 +52,41 @@ class Worker:
         self.rank = int(os.environ.get("RANK_ID", "0")) if self.world_size > 1 else 0
         # msrun's scheduler runs the same command; MindSpore serves the cluster inside init(): no monitoring there
         self.scheduler = os.environ.get("MS_ROLE") == "MS_SCHED"
+        self.writer_rank = int(spec.get("writer_rank") or 0)
         self.run_dir = Path(spec["run_dir"])
         self.session: Any = None
         self.health: Any = None
+        self.console: ConsoleCapture | None = None
+        self.reserve: SpaceReserve | None = None
         self.signalled: str | None = None
+        self.forced_by: str | None = None
+        self._force = threading.Event()
+        self._finishing = threading.Lock()
         self._written = False
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        """Flags only (and one wake-up): a first signal asks the training to stop at the next step end, a
+        second one wakes the shutdown thread."""
         name = signal.Signals(signum).name
         if self.signalled is None:
             self.signalled = name
             if self.session is not None:
                 self.session.request_stop(f"signal {name}")
                 return
-            raise KeyboardInterrupt
-        self.finish("interrupted", f"forced by a second {name}")
-        os._exit(0)
+            raise KeyboardInterrupt  # nothing to flush yet: leave model building at once
+        self.forced_by = name
+        self._force.set()
+
+    def _shutdown_when_forced(self) -> None:
+        """The shutdown thread: after a second signal, account for the run with short budgets and exit."""
+        self._force.wait()
+        code = EXIT_BY_SIGNAL.get(self.forced_by or "", 130)
+        deadline = threading.Timer(FORCED_EXIT_S, os._exit, args=(code,))
+        deadline.daemon = True
+        deadline.start()
+        logger.warning("second %s: closing the monitor now and exiting", self.forced_by)
+        self.finish("interrupted", f"forced by a second {self.forced_by}", FORCED_BUDGET_S)
+        os._exit(code)
 
     def run(self) -> int:
         from msmon.config.loader import load_config
@@ -62,8 +94,12 @@ class Worker:
         from msmon.runner.trainer import import_framework, train
         from msmon.validate.validator import validate
 
-        logs = self.run_dir / "logs"
-        self._logging(logs)
+        log_dir = self.run_dir / layout.LOGS
+        self._logging()
+        if not self.scheduler:
+            stacks.register(self.run_dir, self.rank)
+        self.reserve = SpaceReserve(log_dir / f".reserve.rank_{self.rank}")
+        threading.Thread(target=self._shutdown_when_forced, name="msmon-shutdown", daemon=True).start()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
         status, error = "completed", None
@@ -72,17 +108,15 @@ class Worker:
             settings = dataclasses.replace(result.settings, run_name=self.spec["run_name"])
             self.stderr.setLevel(logging.INFO if settings.verbose else logging.WARNING)
             training, _ = split_monitor_config(result.training)
-            import_framework(logs)
+            import_framework(log_dir)
             self._open_session(settings, training)
             callbacks = [self.session.callback()] if self.session is not None else []
-            train(training, callbacks, logs)
+            train(training, callbacks, log_dir)
         except KeyboardInterrupt:
             status = "interrupted"
         except Exception as exc:
             if self.signalled is None:
-                from msmon.runner.launch import error_summary
-
-                status, error = "failed", error_summary(exc)
+                status, error = "failed", describe(exc)
                 logger.error("training failed on rank %d:\n%s", self.rank, traceback.format_exc(),
                              extra={"file_only": True})
             else:
@@ -94,72 +128,99 @@ class Worker:
         self.finish(status, error)
         return 3 if status == "failed" else 0
 
-    def _logging(self, logs: Path) -> None:
-        self.stderr = logging.StreamHandler(sys.stderr)
+    def _logging(self) -> None:
+        logs.tolerate_unwritable_log_files()
         prefix = f"[rank {self.rank}] " if self.world_size > 1 else ""
-        self.stderr.setFormatter(logging.Formatter(f"{prefix}%(message)s"))
-        self.stderr.addFilter(lambda record: not getattr(record, "file_only", False))
-        name = "msmon.log" if self.rank == 0 else f"msmon.rank_{self.rank}.log"
-        file = logging.FileHandler(logs / name, encoding="utf-8")
-        file.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [rank {self.rank}] %(message)s"))
-        logger.addHandler(self.stderr)
-        logger.addHandler(file)
-        logger.setLevel(logging.INFO)
+        self.stderr = logs.attach(logs.console_handler(logging.WARNING, prefix))
+        if self.scheduler:  # msrun's scheduler: its own log (a second node's scheduler on the same host fails)
+            path, prefix = layout.scheduler_log(self.run_dir, self.spec.get("node_rank")), "[scheduler] "
+        else:
+            path, prefix = layout.rank_log(self.run_dir, self.rank), f"[rank {self.rank}] "
+        logs.attach(logs.file_handler(path, prefix))
 
-    def _add_view(self) -> None:
-        if self.rank != 0 or not self.spec.get("live_view"):
+    def _add_view(self, verbose: bool) -> None:
+        """The writing rank of ``msmon run``: the live panel on a terminal (the console output captured once, here,
+        and printed above it), else plain progress lines."""
+        if self.rank != self.writer_rank or not self.spec.get("live_view"):
             return
-        try:
-            from msmon.view.live import make_live_view
+        from msmon.view.live import make_live_view, open_panel, wants_panel
 
-            view = make_live_view(sys.stderr.isatty(), bool(self.spec.get("plain")), self.spec.get("total_steps"),
-                                  session=self.session, run_dir=self.run_dir)
-            self.session.add_listener(view)
-        except Exception as exc:  # a view is a convenience: training goes on without it
-            logger.warning("live view not started: %s", exc)
+        total, plain = self.spec.get("total_steps"), bool(self.spec.get("plain"))
+        on_terminal = sys.stdout.isatty() or sys.stderr.isatty()
+        if not wants_panel(on_terminal, plain):
+            self.session.add_listener(make_live_view(False, plain, total, verbose=verbose))
+            return
+        capture = ConsoleCapture(self.run_dir / layout.CONSOLE_LOG)
+        view = open_panel(total, capture.terminal_stream())
+        # above the panel: only the framework's warnings and errors, unless --framework-logs (all is in the log)
+        if self.spec.get("framework_logs"):
+            capture.start(lambda: view.print_above)
+        else:
+            capture.start(lambda: QuietFilter().wrap(view.print_above))
+        self.console = capture
+        self.stderr.setStream(cast(TextIO, view))  # a stream to logging: msmon's own lines go above the panel
+        self.session.add_listener(view)
 
     def _open_session(self, settings: Any, training: dict[str, Any]) -> None:
         if self.scheduler or not (settings.enable_monitor and settings.use_callback):
             return
-        try:
-            from msmon.engine.session import MonitorSession
-        except ImportError as exc:
-            logger.warning("monitoring engine not available (%s): training without msmon's callback", exc)
-            return
+        from msmon.engine.session import MonitorSession
+
         self.session = MonitorSession(
-            settings, self.run_dir, config=training, rank=self.rank, world_size=self.world_size
+            settings, self.run_dir, config=training, rank=self.rank, world_size=self.world_size,
+            writer_rank=self.writer_rank,
         ).start()
-        self._add_view()
-        if self.rank != 0:
+        self._add_view(settings.verbose)
+        if self.rank != self.writer_rank:
+            return
+        from msmon.health import attach
+
+        # the stall is watched by the parent `msmon run` over every rank's heartbeat (msmon.runner.rank_watch)
+        self.health = attach(self.session, settings, self.run_dir, training, watchdog=False)
+
+    def finish(self, status: str, error: str | None, budget_cap_s: float | None = None) -> None:
+        """Close the monitor and leave this rank's result (once). The space reserved at the start is released
+        first, so a full disk cannot stop the result file."""
+        if self.scheduler:
+            return
+        forced = budget_cap_s is not None
+        if not self._finishing.acquire(timeout=budget_cap_s if budget_cap_s is not None else -1):
+            self._write_result(status, error, None, 0, 0, {})  # the normal end is stuck: account without it
             return
         try:
-            from msmon.health import attach
-
-            self.health = attach(self.session, settings, self.run_dir, training)
-        except ImportError:
-            logger.info("health monitor not available in this build")
-        except Exception as exc:
-            logger.warning("health monitor not started: %s", exc)
-
-    def finish(self, status: str, error: str | None) -> None:
-        if self._written or self.scheduler:
-            return
-        self._written = True
-        last_step, dropped, alerts = None, 0, 0
-        if self.session is not None:
-            summary = self.session.close(status)
-            last_step, dropped = summary.last_step, summary.dropped_records
-        if self.health is not None:
-            try:
+            if self._written:
+                return
+            last_step, dropped, alerts, backends = None, 0, 0, {}
+            if self.session is not None:
+                summary = self.session.close(status, budget_cap_s)
+                last_step, dropped = summary.last_step, summary.dropped_records
+                backends = {"backends": summary.backends, "records_lost": summary.records_lost,
+                            "backends_failed_to_close": summary.backends_failed_to_close}
+            if self.health is not None:
                 self.health.close()
-            except Exception as exc:
-                logger.warning("health monitor close failed: %s", exc)
-            alerts = int(getattr(self.health, "alert_count", 0) or 0)
-        atomic_write_json(result_path(self.run_dir, self.rank), {
-            "rank": self.rank, "status": status, "error": error, "last_step": last_step,
-            "dropped_records": dropped, "alert_count": alerts, "pid": os.getpid(),
-        })
-        reap_children(CHILD_GRACE_S)
+                alerts = self.health.alert_count
+            if self.console is not None:  # the panel is closed: the terminal gets its descriptors back
+                self.console.stop()
+                self.stderr.setStream(sys.stderr)
+            self._write_result(status, error, last_step, dropped, alerts, backends)
+            self._written = True
+        finally:
+            self._finishing.release()
+        if not forced:
+            reap_children(CHILD_GRACE_S)
+
+    def _write_result(self, status: str, error: str | None, last_step: int | None, dropped: int, alerts: int,
+                      backends: dict[str, Any]) -> None:
+        if self.reserve is not None:
+            self.reserve.release()
+        try:
+            write_result(self.run_dir, self.rank, {
+                "status": status, "error": error, "last_step": last_step, "dropped_records": dropped,
+                "alert_count": alerts, "pid": os.getpid(), **backends,
+            })
+        except OSError as exc:
+            logger.error("cannot write this rank's result %s: %s", layout.rank_result(self.run_dir, self.rank),
+                         describe(exc))
 
 
 def reap_children(grace_s: float) -> None:

@@ -9,20 +9,38 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, fsync: bool = True) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+def write_temp(directory: Path, name: str, data: bytes, mode: int | None = None, fsync: bool = True) -> Path:
+    """A temporary file holding ``data`` in ``directory`` (to be renamed or linked into place)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        if mode is not None:
+            os.chmod(tmp, mode)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` (temporary file, fsync, rename), keeping its permissions."""
+    target = Path(path)
+    mode = target.stat().st_mode & 0o7777 if target.exists() else None
+    tmp = write_temp(target.parent, target.name, data, mode, fsync)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, fsync: bool = True) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync)
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any, fsync: bool = True) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 from urllib.parse import urlparse
 
+from msmon.compat import findable
 from msmon.findings import Finding, error
 from msmon.validate.context import CheckContext
 
@@ -18,18 +18,11 @@ REQUIREMENTS: dict[str, tuple[tuple[str, ...], str]] = {
 MLFLOW_SCHEMES = {"http", "https", "sqlite", "file", "postgresql", "mysql", "databricks"}
 
 
-def _findable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def check_backends(ctx: CheckContext) -> list[Finding]:
     findings: list[Finding] = []
     for index, backend in enumerate(ctx.settings.monitor_type):
         modules, package = REQUIREMENTS[backend]
-        missing = [m for m in modules if not _findable(m)]
+        missing = [m for m in modules if not findable(m)]
         if missing:
             findings.append(
                 error(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msmon.config.loader import LoadedConfig
 from msmon.config.schema import MonitorSettings
+from msmon.util.mapping import dotted_get
 
 
 @dataclass
@@ -25,12 +25,7 @@ class CheckContext:
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """A value of the resolved training config by dotted path."""
-        node: Any = self.training
-        for part in dotted.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return default
-            node = node[part]
-        return node
+        return dotted_get(self.training, dotted, default)
 
     def has(self, dotted: str) -> bool:
         marker = object()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from msmon.compat import MCORE_CPU_PATCHES, MCORE_CPU_UNSUPPORTED, package_version, use_legacy
 from msmon.config.metrics import MF_WRAPPERS
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 
-DTYPE_KEYS = ("compute_dtype", "param_init_type", "softmax_compute_type", "rotary_dtype", "layernorm_compute_type")
+DTYPE_KEYS = ("compute_dtype", "param_init_type", "softmax_compute_type", "rotary_dtype", "layernorm_compute_type",
+              "params_dtype", "softmax_compute_dtype", "layernorm_compute_dtype")  # legacy, then mcore spellings
 DUMP_FORMATS = ("local_norm_format", "local_loss_format", "device_local_norm_format", "device_local_loss_format")
 CPU_WRAPPER = "MsmonCPUTrainOneStepCell"
 
@@ -40,7 +42,8 @@ def check_cpu(ctx: CheckContext) -> list[Finding]:
                 f"set {model_key}.fused_rms_norm: False",
             )
         )
-    if ctx.get(f"{model_key}.use_flash_attention") is True:
+    legacy = use_legacy(ctx.training)
+    if legacy and ctx.get(f"{model_key}.use_flash_attention") is True:  # mcore: msmon's stand-in replaces it
         findings.append(
             error(
                 "MS603",
@@ -70,31 +73,52 @@ def check_cpu(ctx: CheckContext) -> list[Finding]:
                 "set context.mode: 0",
             )
         )
-    if ctx.get("use_legacy") is False:
-        findings.append(
-            error(
-                "MS608",
-                "use_legacy",
-                "the mcore models (use_legacy: False) do not run on CPU (fused RmsNorm, Outer, hyper_parallel)",
-                "use a legacy model (use_legacy: True) such as LlamaForCausalLM for CPU runs",
-            )
-        )
+    if not legacy:
+        findings.extend(_check_mcore(ctx, model_key))
     return findings
+
+
+def _check_mcore(ctx: CheckContext, model_key: str) -> list[Finding]:
+    """An mcore model on CPU: none when msmon's CPU support applies (msmon/runner/mcore_cpu.py), else the
+    blockers in one finding."""
+    blockers = []
+    version = package_version("mindformers")
+    if version is not None and version not in MCORE_CPU_PATCHES:
+        blockers.append(
+            f"msmon's CPU stand-ins for FlashAttentionScore, RmsNorm, Outer and EmbeddingDenseBackward (no CPU "
+            f"kernels) know mindformers {', '.join(sorted(MCORE_CPU_PATCHES))}, not the installed {version}"
+        )
+    if ctx.get("context.mode") == 1:
+        blockers.append("PyNative mode (context.mode: 1) needs mindformers' unpublished hyper_parallel package")
+    blockers.extend(
+        f"{what} ({model_key}.{key})" for key, what in MCORE_CPU_UNSUPPORTED.items() if ctx.get(f"{model_key}.{key}")
+    )
+    if not blockers:
+        return []
+    path = "context.use_legacy" if ctx.has("context.use_legacy") else "use_legacy"
+    return [
+        error(
+            "MS608",
+            path,
+            "this mcore model (use_legacy false) cannot train on CPU: " + "; ".join(blockers),
+            "remove what is listed, or use a legacy model (use_legacy: True) such as LlamaForCausalLM on CPU",
+        )
+    ]
 
 
 def _check_dump(ctx: CheckContext) -> list[Finding]:
     if ctx.get("monitor_config.monitor_on") is not True:
         return []
     formats = [key for key in DUMP_FORMATS if ctx.get(f"monitor_config.{key}")]
-    if not formats and ctx.get("monitor_config.dump_path", "./dump") is None:
+    if not formats and not ctx.get("monitor_config.dump_path"):  # absent or null: MS008; "": no dumps
         return []
-    reason = f"{', '.join(formats)} need" if formats else "dump_path (default ./dump) inserts"
+    reason = f"{', '.join(formats)} need" if formats else "a dump_path inserts"
     return [
         error(
             "MS605",
             "monitor_config.monitor_on",
             f"monitor_on with {reason} a TensorDump op, which has no CPU kernel",
-            "set monitor_config.monitor_on: False on CPU (or drop the *_local_* formats and set dump_path: null)",
+            "set monitor_config.monitor_on: False on CPU (or drop the *_local_* formats and set dump_path: '')",
         )
     ]
 

@@ -1,27 +1,30 @@
-"""log_interval: >= 1, not wastefully small, not larger than the run (MS4xx)."""
+"""log_interval: >= 1, not wastefully small, not larger than the run; the flight recorder's ranges (MS4xx)."""
 
 from __future__ import annotations
 
+from msmon.config.coerce import range_findings
 from msmon.findings import Finding, error, warning
+from msmon.util.numbers import positive_int
 from msmon.validate.context import CheckContext
 
 PATH = "monitor_config.log_interval"
 MANY_METRICS = 5
 
 
-def _positive_int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+def data_steps(ctx: CheckContext) -> int | None:
+    """The steps the data and batch size give: num_samples // batch_size x epochs (None when not stated)."""
+    samples = positive_int(ctx.get("train_dataset.data_loader.num_samples"))
+    batch = positive_int(ctx.get("runner_config.batch_size")) or positive_int(ctx.get("train_dataset.batch_size"))
+    epochs = positive_int(ctx.get("runner_config.epochs")) or 1
+    return samples // batch * epochs if samples and batch else None
 
 
 def total_steps(ctx: CheckContext) -> int | None:
-    """The run's step count when the config states it: stop_step, lr_schedule.total_steps, or num_samples."""
+    """The run's step count when the config states it: stop_step, lr_schedule.total_steps, or the data's steps."""
     for key in ("runner_config.stop_step", "lr_schedule.total_steps"):
-        if steps := _positive_int(ctx.get(key)):
+        if steps := positive_int(ctx.get(key)):
             return steps
-    samples = _positive_int(ctx.get("train_dataset.data_loader.num_samples"))
-    batch = _positive_int(ctx.get("runner_config.batch_size")) or _positive_int(ctx.get("train_dataset.batch_size"))
-    epochs = _positive_int(ctx.get("runner_config.epochs")) or 1
-    return samples // batch * epochs if samples and batch else None
+    return data_steps(ctx)
 
 
 def check_interval(ctx: CheckContext) -> list[Finding]:
@@ -49,3 +52,9 @@ def check_interval(ctx: CheckContext) -> list[Finding]:
             )
         ]
     return []
+
+
+def check_flight_recorder(ctx: CheckContext) -> list[Finding]:
+    """``flight_recorder.steps`` and ``max_files`` within their ranges (docs/health.md)."""
+    return range_findings(ctx.settings.flight_recorder, "monitor_config.flight_recorder", "MS404",
+                          "see docs/health.md (flight recorder)")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msmon.compat import import_failure
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import CPU_WRAPPER
@@ -58,9 +59,9 @@ def _module_file(reference: str, ctx: CheckContext) -> Path | None:
 
 
 def _string_arg(call: ast.Call, index: int, keyword: str) -> str | None:
-    if len(call.args) > index and isinstance(call.args[index], ast.Constant):
-        value = call.args[index].value
-        return value if isinstance(value, str) else None
+    if len(call.args) > index:
+        arg = call.args[index]
+        return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
     for kw in call.keywords:
         if kw.arg == keyword and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
             return kw.value.value
@@ -94,14 +95,27 @@ def registrations_in(source: str, class_name: str, path: str) -> list[Registrati
     return list(dict.fromkeys(found))
 
 
+@dataclass(frozen=True)
+class Builtins:
+    """Source -> names held by transformers' and mindformers' registries; why mindformers failed to import."""
+
+    names: dict[str, set[str]]
+    mindformers_error: str | None = None
+
+
 @functools.cache
-def builtin_names() -> dict[str, set[str]]:
-    """Source -> names held by transformers' and mindformers' registries (imports them: slow)."""
+def load_builtins() -> Builtins:
+    """The built-in registries (imports transformers and mindformers: slow)."""
     with contextlib.redirect_stdout(sys.stderr):  # the libraries print banners: keep stdout (--json) clean
         return _import_builtin_names()
 
 
-def _import_builtin_names() -> dict[str, set[str]]:
+def builtin_names() -> dict[str, set[str]]:
+    """Source -> names held by transformers' and mindformers' registries (imports them: slow)."""
+    return load_builtins().names
+
+
+def _import_builtin_names() -> Builtins:
     names: dict[str, set[str]] = {}
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -119,9 +133,9 @@ def _import_builtin_names() -> dict[str, set[str]]:
 
         names["mindformers config"] = set(MF_NAMES)
         names["mindformers registry"] = {n for table in MindFormerRegister.registry.values() for n in table}
-    except ImportError:
-        pass
-    return names
+    except Exception as exc:  # noqa: BLE001 - mindformers' import can raise anything (missing package, version clash)
+        return Builtins(names, import_failure("mindformers", exc))
+    return Builtins(names)
 
 
 TYPE_KEYS = (
@@ -181,7 +195,10 @@ def check_registry(ctx: CheckContext) -> list[Finding]:
             registrations.extend(registrations_in(module_file.read_text(encoding="utf-8"), class_name, path))
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             findings.append(warning("MS702", path, f"cannot read {module_file}: {exc}", "fix the module file"))
-    if ctx.deep:
+    failure = load_builtins().mindformers_error if ctx.deep or registrations else None
+    if failure is not None:  # no registry to compare with: say why instead of MS703 for every type
+        findings.append(error("MS704", "mindformers", failure, "fix the environment; `msmon doctor` checks it"))
+    elif ctx.deep:
         known = builtin_names().get("mindformers registry", set()) | {CPU_WRAPPER} | {r.name for r in registrations}
         findings.extend(check_types(ctx, known))
     if not registrations:

@@ -19,6 +19,11 @@ def _existing_ancestor(path: Path) -> Path:
     return current
 
 
+def free_space_mb(path: Path) -> float:
+    """Free disk in MB on the filesystem that holds ``path`` (or would, once created)."""
+    return shutil.disk_usage(_existing_ancestor(path)).free / 2**20
+
+
 def check_save_dir(ctx: CheckContext) -> list[Finding]:
     raw = ctx.settings.save_dir
     if not raw.strip():
@@ -51,7 +56,7 @@ def check_save_dir(ctx: CheckContext) -> list[Finding]:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         what = "is not writable" if ancestor == path else f"cannot be created: {ancestor} is not writable"
         return [error("MS203", PATH, f"save_dir {path} {what}", "choose a writable directory or fix its permissions")]
-    free_mb = shutil.disk_usage(ancestor).free / 2**20
+    free_mb = free_space_mb(path)
     floor = ctx.settings.disk.min_free_mb or 1024
     if free_mb < floor:
         return [

@@ -1,10 +1,19 @@
-"""The monitor_config section itself: msmon's keys typed strictly, mindformers' keys checked (MS0xx, MS501)."""
+"""The monitor_config section itself: msmon's keys typed strictly, mindformers' keys checked against the installed
+mindformers release (MS0xx, MS501)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from msmon.compat import (
+    MONITOR_CONFIG_KEYS,
+    MONITOR_FORMAT_KEYS,
+    MONITOR_FORMATS,
+    MONITORING_KEYS_ELSEWHERE,
+    monitor_config_keys,
+    package_version,
+)
 from msmon.config.coerce import build, suggest
 from msmon.config.schema import BACKENDS, MINDFORMERS_MONITOR_KEYS, MonitorSettings
 from msmon.findings import Finding, error
@@ -52,6 +61,30 @@ def _check_mindformers_keys(section: Mapping[str, Any]) -> list[Finding]:
             findings.append(error("MS002", f"{PATH}.{key}", message, "fix the type"))
     if isinstance(section.get("step_interval"), int) and section["step_interval"] < 1:
         findings.append(error("MS002", f"{PATH}.step_interval", "step_interval must be >= 1", "use 1 or more"))
+    for key in MONITOR_FORMAT_KEYS:
+        value = section.get(key)
+        formats = value if isinstance(value, list) else [value]
+        if value and not all(isinstance(f, str) and f in MONITOR_FORMATS for f in formats):
+            findings.append(error("MS002", f"{PATH}.{key}", f"mindformers key {key} must be 'tensorboard', 'log' or a "
+                                  f"list of them (mindformers raises ValueError), got {value!r}", "write log"))
+    return findings
+
+
+def check_release_keys(section: Mapping[str, Any], version: str | None) -> list[Finding]:
+    """mindformers keys of another release that the installed one does not know (MS005), and mindformers'
+    monitoring keys that belong outside monitor_config (MS001)."""
+    findings = []
+    installed, read_from = monitor_config_keys(version)
+    for key in section:
+        if key in MONITORING_KEYS_ELSEWHERE:
+            findings.append(error("MS001", f"{PATH}.{key}", f"{key} is not a monitor_config key: mindformers reads "
+                                  f"it as {MONITORING_KEYS_ELSEWHERE[key]}", "move it there"))
+        elif version and key in MINDFORMERS_MONITOR_KEYS and key not in installed:
+            others = ", ".join(r for r, keys in sorted(MONITOR_CONFIG_KEYS.items()) if key in keys)
+            hint = suggest(str(key), installed) or f"remove it, or install a mindformers release that has it ({others})"
+            findings.append(error("MS005", f"{PATH}.{key}", f"the installed mindformers {version} does not know "
+                                  f"monitor_config.{key} (mindformers {others} has it; keys read from {read_from})",
+                                  hint))
     return findings
 
 
@@ -66,7 +99,9 @@ def check_section(section: Any) -> tuple[MonitorSettings, list[Finding]]:
     _normalize_backends(data, findings)
     if isinstance(data.get("track_metrics"), str):
         data["track_metrics"] = [data["track_metrics"]]
-    settings, built = build(MonitorSettings, data, PATH, ignore=MINDFORMERS_MONITOR_KEYS)
+    ignore = MINDFORMERS_MONITOR_KEYS | set(MONITORING_KEYS_ELSEWHERE)  # reported by _check_release_keys
+    settings, built = build(MonitorSettings, data, PATH, ignore=ignore)
     findings.extend(built)
+    findings.extend(check_release_keys(section, package_version("mindformers")))
     findings.extend(_check_mindformers_keys(section))
     return settings, findings

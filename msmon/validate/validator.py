@@ -6,21 +6,26 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from msmon.compat import PipelineLayout, expected_world_size, pipeline_layout
 from msmon.config.coerce import field_docs
 from msmon.config.loader import LoadedConfig, _now
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings
+from msmon.errors import first_line
 from msmon.findings import Finding, error, warning
-from msmon.health.checks import check_health
+from msmon.util.mapping import dotted_get
 from msmon.validate.backends import check_backends
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import check_cpu
-from msmon.validate.interval import check_interval, total_steps
+from msmon.validate.health import check_health
+from msmon.validate.interval import check_flight_recorder, check_interval, total_steps
+from msmon.validate.learning_rate import check_learning_rate
 from msmon.validate.metrics import check_metrics
+from msmon.validate.mf_monitoring import check_mindformers_monitoring
 from msmon.validate.names import check_names, model_name, needs_generated_name
 from msmon.validate.registry import check_registry
 from msmon.validate.save_dir import check_save_dir
@@ -32,9 +37,11 @@ def _check_health(ctx: CheckContext) -> list[Finding]:
 
 
 CHECKS = (
-    check_names, check_save_dir, check_metrics, check_interval, check_backends, check_cpu, check_registry, _check_health
+    check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
+    check_registry, _check_health, check_learning_rate, check_mindformers_monitoring,
 )
 MAX_UNRESOLVED = 100
+_ABSENT = object()
 
 
 @dataclass
@@ -47,6 +54,12 @@ class ValidationResult:
     provenance: dict[str, str] = field(default_factory=dict)
     has_monitor_config: bool = True
     total_steps: int | None = None
+
+    @property
+    def pipeline(self) -> PipelineLayout:
+        """Which rank's records msmon writes, for the ranks the config's parallel_config describes (data x model
+        x context x pipeline parallel): the first rank holding the loss under pipeline stages."""
+        return pipeline_layout(self.training, expected_world_size(self.training))
 
     @property
     def valid(self) -> bool:
@@ -67,19 +80,20 @@ class ValidationResult:
             "findings": [f.to_dict() for f in self.findings],
             "monitor_config": self.monitor_config(),
             "sources": self.provenance,
+            "metrics_from": self.pipeline.describe(),
         }
 
 
 def resolve_leniently(loaded: LoadedConfig) -> tuple[dict[str, Any], list[Finding]]:
     """Resolve interpolations; each unresolvable key becomes a finding and is set to null."""
-    conf = OmegaConf.create(OmegaConf.to_container(loaded.conf, resolve=False))
+    conf = cast(DictConfig, OmegaConf.create(OmegaConf.to_container(loaded.conf, resolve=False)))
     findings: list[Finding] = []
     for _ in range(MAX_UNRESOLVED):
         try:
             return OmegaConf.to_container(conf, resolve=True), findings  # type: ignore[return-value]
         except OmegaConfBaseException as exc:
             key = str(getattr(exc, "full_key", "") or "")
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = first_line(exc)
             findings.append(
                 error(
                     "MS004",
@@ -101,13 +115,7 @@ def _provenance(loaded: LoadedConfig, section: dict[str, Any], generated: set[st
     sources: dict[str, str] = {}
     for key, *_ in field_docs(MonitorSettings):
         dotted = f"monitor_config.{key}"
-        node: Any = section
-        present = True
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                present = False
-                break
-            node = node[part]
+        present = dotted_get(section, key, _ABSENT) is not _ABSENT
         overridden = any(dotted == o or dotted.startswith(o + ".") or o.startswith(dotted + ".")
                          for o in loaded.override_keys)
         if key in generated:

@@ -1,56 +1,47 @@
-"""Self-contained HTML pages: inlined CSS, plotting script and JSON data (nothing fetched at view time)."""
+"""Self-contained HTML pages rendered from Jinja2 templates with autoescape: inlined CSS, plotting script and
+JSON data (nothing fetched at view time); a run name or an alert message is always text, never markup."""
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msmon import __version__
+from msmon.config.metrics import norm_group
 from msmon.errors import MsmonError
 from msmon.util.atomic import atomic_write_text
+from msmon.util.numbers import as_number
 from msmon.view.series import PLOT_METRICS, DrawSeries, RunData, downsample
 
 ASSETS = Path(__file__).parent / "assets"
+TEMPLATES = Path(__file__).parent / "templates"
 PALETTE: tuple[str, ...] = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04")
 SKIP_METRICS: frozenset[str] = frozenset({"global_step", "epoch", "rank", "time", "step"})
 LABELS: dict[str, str] = {"throughput": "throughput (tokens/s)", "step_time_ms": "step_time (ms)"}
 
 
-def esc(value: Any) -> str:
-    """HTML-escape any value's text."""
-    return html.escape("" if value is None else str(value))
-
-
-def fmt_number(value: Any) -> str:
-    """A short human form of a metric value (NaN/Inf spelled out)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return "-" if value is None else str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-    if isinstance(value, int):
-        return str(value)
-    magnitude = abs(value)
-    if magnitude and (magnitude < 1e-3 or magnitude >= 1e6):
-        return f"{value:.3e}"
-    return f"{value:.5g}"
-
-
 def fmt_time(value: Any) -> str:
     """A unix time as local ISO text; other values as given."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
-    return esc(value) if value is not None else "-"
+    number = as_number(value)
+    if number is not None and math.isfinite(number):
+        return datetime.fromtimestamp(number).astimezone().isoformat(timespec="seconds")
+    return "-" if value is None else str(value)
+
+
+def now_text() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def panel_metrics(runs: list[RunData]) -> list[str]:
-    """Metrics to draw for these runs: loss, grad_norm, learning_rate, throughput first, then the rest."""
+    """Metrics to draw for these runs: loss, grad_norm, learning_rate, throughput first, then the rest (the
+    per-group gradient norms are the report's heatmap, not one plot each)."""
     seen: dict[str, None] = {}
     for run in runs:
         for metric in run.metrics():
-            if metric not in SKIP_METRICS:
+            if metric not in SKIP_METRICS and norm_group(metric) is None:
                 seen.setdefault(metric, None)
     return list(seen)
 
@@ -72,32 +63,23 @@ def script_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def page(title: str, body: str, data: dict[str, Any]) -> str:
-    """A complete HTML document with the stylesheet, the data and the plotting script inlined."""
+def render(template: str, title: str, data: dict[str, Any], panels: list[dict[str, Any]], **context: Any) -> str:
+    """A complete page from ``template`` (autoescaped), with the stylesheet, the data and the script inlined."""
+    import jinja2
+
     try:
         css = (ASSETS / "style.css").read_text(encoding="utf-8")
-        js = (ASSETS / "plot.js").read_text(encoding="utf-8").replace("</", "<\\/")
-    except OSError as exc:
-        raise MsmonError(f"msmon's page assets are missing: {exc.filename}",
-                         "reinstall msmon (msmon/view/assets/ must be packaged)") from None
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<link rel=\"icon\" href=\"data:,\">\n<title>{esc(title)}</title>\n<style>\n{css}</style>\n</head>\n"
-        f"<body>\n<main>\n{body}\n</main>\n<div id=\"msmon-tip\"></div>\n"
-        f"<script id=\"msmon-data\" type=\"application/json\">{script_json(data)}</script>\n"
-        f"<script>\n{js}</script>\n</body>\n</html>\n"
-    )
-
-
-def plots_section(panels: list[dict[str, Any]], note: str = "", alerts: bool = True) -> str:
-    """The containers the plotting script fills (main metrics, then the others folded), with a usage hint."""
-    hint = "Drag across a plot to zoom all plots, double-click to reset" + (
-        "; hover an alert marker for its message." if alerts else ".")
-    extra = [p["label"] for p in panels if p["group"] == "more"]
-    folded = (f"<details><summary>More metrics: {esc(', '.join(extra))}</summary><div id=\"msmon-plots-more\">"
-              "</div></details>" if extra else "")
-    return f"<p class=\"hint\">{esc(hint)} {esc(note)}</p>\n<div id=\"msmon-plots\"></div>{folded}"
+        scripts = [(ASSETS / name).read_text(encoding="utf-8") for name in ("plot.js", "heatmap.js")]
+        js = "\n".join(scripts).replace("</", "<\\/")
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                                 undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+        page = env.get_template(template)
+    except (OSError, jinja2.TemplateNotFound) as exc:
+        raise MsmonError(f"msmon's page assets are missing: {exc}",
+                         "reinstall msmon (msmon/view/assets/ and templates/ must be packaged)") from None
+    more = [p["label"] for p in panels if p["group"] == "more"]
+    return page.render(title=title, css=css, js=js, data_json=script_json(data), more_metrics=more,
+                       version=__version__, generated=now_text(), **context)
 
 
 def write_page(target: Path, text: str, example: str) -> Path:

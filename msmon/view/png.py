@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from msmon.errors import MsmonError
+from msmon.util.numbers import as_number
 from msmon.view.html import LABELS, PALETTE, panel_metrics
-from msmon.view.series import PLOT_METRICS, RunData, downsample, to_float
+from msmon.view.series import PLOT_METRICS, RunData, downsample
 
 MAX_POINTS = 4000
 
@@ -28,12 +29,12 @@ def _draw(ax: Any, metric: str, runs: list[RunData], alerts: bool) -> None:
     if alerts:
         for run in runs:
             for number, alert in enumerate(run.alerts, start=1):
-                step = to_float(alert.get("step"))
-                if step is None or not math.isfinite(step):
+                at = as_number(alert.get("step"))
+                if at is None or not math.isfinite(at):
                     continue
                 color = "#dc2626" if alert.get("severity") == "critical" else "#d97706"
-                ax.axvline(step, color=color, linestyle="--", linewidth=1)
-                ax.annotate(f"#{number}", (step, 1.0), xycoords=("data", "axes fraction"), color=color,
+                ax.axvline(at, color=color, linestyle="--", linewidth=1)
+                ax.annotate(f"#{number}", (at, 1.0), xycoords=("data", "axes fraction"), color=color,
                             fontsize=7, va="bottom", ha="center")
     ax.set_ylabel(LABELS.get(metric, metric))
     ax.grid(True, color="#e5e7eb")

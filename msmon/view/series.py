@@ -2,74 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from msmon import layout
 from msmon.errors import ExitCode, MsmonError
+from msmon.util.jsonfiles import JsonLines, read_json_object, read_jsonl
+from msmon.util.numbers import as_number, nonfinite_kind
 
 PLOT_METRICS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "throughput")
-NONFINITE_STRINGS: dict[str, float] = {"nan": math.nan, "infinity": math.inf, "-infinity": -math.inf,
-                                       "inf": math.inf, "-inf": -math.inf}
-
-
-def to_float(value: Any) -> float | None:
-    """A metric value as float (NaN/Inf kept, also from the strings "NaN"/"Infinity"); None when not numeric."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        return NONFINITE_STRINGS.get(value.strip().lower())
-    return None
-
-
-def nonfinite_kind(value: float) -> str | None:
-    """"nan", "inf" or "-inf" for a non-finite value, None for a finite one."""
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return None
-
-
-@dataclass
-class JsonLines:
-    """The objects of a JSON Lines file plus how many lines could not be read."""
-
-    rows: list[dict[str, Any]]
-    bad_lines: int = 0
-    truncated_tail: bool = False
-
-
-def read_jsonl(path: Path) -> JsonLines:
-    """Read a JSON Lines file; a half-written last line or a corrupt line is skipped and counted."""
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    tail_unterminated = bool(lines) and lines[-1] != ""
-    truncated = False
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            if index == len(lines) - 1 and tail_unterminated:
-                truncated = True
-            else:
-                bad += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad += 1
-    return JsonLines(rows, bad, truncated)
-
-
 @dataclass
 class RunData:
     """Everything the report and compare views need from one run directory."""
@@ -93,7 +36,7 @@ class RunData:
         seen: dict[str, None] = {}
         for record in self.records:
             for key, value in record.items():
-                if key not in ("step", "time", "rank") and to_float(value) is not None:
+                if key not in ("step", "time", "rank") and as_number(value) is not None:
                     seen.setdefault(key, None)
         return [m for m in PLOT_METRICS if m in seen] + sorted(m for m in seen if m not in PLOT_METRICS)
 
@@ -102,7 +45,7 @@ class RunData:
         steps: list[int] = []
         values: list[float] = []
         for record in self.records:
-            value = to_float(record.get(metric))
+            value = as_number(record.get(metric))
             if value is not None:
                 steps.append(int(record["step"]))
                 values.append(value)
@@ -110,15 +53,13 @@ class RunData:
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
-    if not path.is_file():
-        notes.append(f"{path.name} is missing")
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return read_json_object(path)
+    except FileNotFoundError:
+        notes.append(f"{path.name} is missing")
     except (OSError, ValueError) as exc:
         notes.append(f"{path.name} is unreadable: {exc}")
-        return {}
-    return data if isinstance(data, dict) else {}
+    return {}
 
 
 def run_overrides(info: dict[str, Any]) -> list[str]:
@@ -148,12 +89,12 @@ def _read_config(path: Path, overrides: list[str], notes: list[str]) -> tuple[st
     except MsmonError as exc:
         notes.append(f"config.yaml could not be read: {exc}")
         return text, None
-    return text, data if isinstance(data, dict) else None
+    return text, cast(dict[str, Any], data) if isinstance(data, dict) else None
 
 
 def _clean_records(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
     """Records with an integer step, one per step (the last one wins after a resume), in step order."""
-    ranks = {row.get("rank") for row in rows if row.get("rank") is not None}
+    ranks: set[int] = {row["rank"] for row in rows if isinstance(row.get("rank"), int)}
     rank = min(ranks) if ranks else None
     if len(ranks) > 1:
         notes.append(f"records of ranks {sorted(ranks)} found; showing rank {rank}")
@@ -169,7 +110,8 @@ def _clean_records(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[st
 
 
 def load_run(path: str | Path) -> RunData:
-    """Load a run directory (or its metrics.jsonl); a missing directory or metrics file is an MsmonError."""
+    """Load a run directory (or its metrics.jsonl); MsmonError for a missing directory, or one that is no run
+    (neither metrics.jsonl nor run.json). A run that failed before its first logged step has no records."""
     run_dir = Path(path)
     if run_dir.is_file() and run_dir.name.endswith(".jsonl"):
         run_dir = run_dir.parent
@@ -179,16 +121,17 @@ def load_run(path: str | Path) -> RunData:
     if not run_dir.is_dir():
         raise MsmonError(f"not a run directory: {path}", "pass <save_dir>/<project_name>/<run_name>",
                          ExitCode.INVALID)
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        raise MsmonError(
-            f"no metrics.jsonl in {run_dir}",
-            "the run logged no step yet, or monitor_type does not include 'file'",
-            ExitCode.INVALID,
-        )
+    metrics = run_dir / layout.METRICS
     notes: list[str] = []
+    if not metrics.is_file():
+        if not (run_dir / layout.RUN_JSON).is_file():
+            raise MsmonError(
+                f"no metrics.jsonl in {run_dir}",
+                "the run logged no step yet, or monitor_type does not include 'file'",
+                ExitCode.INVALID,
+            )
     try:
-        lines = read_jsonl(metrics)
+        lines = read_jsonl(metrics) if metrics.is_file() else JsonLines()
     except OSError as exc:
         raise MsmonError(f"cannot read {metrics}: {exc.strerror or exc}", "check the file's permissions") from None
     if lines.truncated_tail:
@@ -196,17 +139,19 @@ def load_run(path: str | Path) -> RunData:
     if lines.bad_lines:
         notes.append(f"{lines.bad_lines} unreadable line(s) of metrics.jsonl skipped")
     records = _clean_records(lines.rows, notes)
+    if not records:
+        notes.append("the run logged no step (metrics.jsonl is empty or missing, or monitor_type has no 'file')")
     alerts: list[dict[str, Any]] = []
-    alerts_path = run_dir / "alerts.jsonl"
+    alerts_path = run_dir / layout.ALERTS
     if alerts_path.is_file():
         try:
             alerts = read_jsonl(alerts_path).rows
         except OSError as exc:
             notes.append(f"alerts.jsonl is unreadable: {exc}")
-    alerts.sort(key=lambda a: (to_float(a.get("step")) or 0.0, to_float(a.get("time")) or 0.0))
-    info = _read_json(run_dir / "run.json", notes)
+    alerts.sort(key=lambda a: (as_number(a.get("step")) or 0.0, as_number(a.get("time")) or 0.0))
+    info = _read_json(run_dir / layout.RUN_JSON, notes)
     overrides = run_overrides(info)
-    config_text, config = _read_config(run_dir / "config.yaml", overrides, notes)
+    config_text, config = _read_config(run_dir / layout.CONFIG_SNAPSHOT, overrides, notes)
     return RunData(run_dir, info, config_text, config, records, alerts, notes, overrides)
 
 

@@ -11,12 +11,22 @@ from msmon.config.schema import MonitorSettings
 COORDINATE_KEYS: frozenset[str] = frozenset({"step", "time", "rank"})
 
 
+class PartialWrite(OSError):
+    """A write that failed after its first ``written`` records were stored: the writer counts only the rest lost
+    (and retries only the rest)."""
+
+    def __init__(self, written: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.written = written
+
+
 class Backend:
     """One output of the monitor (a file, summary files, a tracking server)."""
 
     name: ClassVar[str] = ""
     network: ClassVar[bool] = False  # failures are retried with backoff instead of disabling the backend
     heavy: ClassVar[bool] = False  # stopped by the disk guard (large files)
+    records_lost: int = 0  # records the backend knows it lost after writing them (the writer counts the rest)
 
     def __init__(self, run_dir: Path, settings: MonitorSettings, config: dict[str, Any] | None) -> None:
         self.run_dir = Path(run_dir)
@@ -27,6 +37,11 @@ class Backend:
     def flush_interval_s(self) -> float:
         """How often the writer calls ``flush`` while records keep coming."""
         return 1.0
+
+    @property
+    def close_budget_s(self) -> float:
+        """How long closing may take (write what is queued, flush, close) before msmon gives up on it."""
+        return 10.0
 
     @property
     def write_interval_s(self) -> float:

@@ -1,8 +1,10 @@
-"""``mindinsight`` backend: MindSpore summary files in the run directory (one scalar tag per metric).
+"""``mindinsight`` backend: MindSpore summary files in the run directory (one scalar tag per metric), and the run's
+lineage beside them (hyperparameters at the start; loss, results and status at the end: msmon/engine/backends/
+lineage.py).
 
-The file is written with MindSpore's own summary writer (the C++ ``EventWriter`` behind
-``SummaryRecord``) on the backend's worker thread. ``SummaryRecord`` itself is not used: it forks a
-writer process that busy-polls its queue and keeps a whole CPU core busy for the entire run.
+Both files are written with MindSpore's own writers (the C++ ``EventWriter`` behind ``SummaryRecord``) on the
+backend's worker thread. ``SummaryRecord`` itself is not used: it forks a writer process that busy-polls its
+queue and keeps a whole CPU core busy for the entire run.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from msmon.config.hyperparameters import RUN_STATUSES
 from msmon.engine.backends.base import Backend, metric_items
+from msmon.engine.backends.lineage import (
+    TRAIN_LINEAGE_FIELDS,
+    LineageFile,
+    custom_lineage,
+    eval_lineage,
+    train_lineage,
+)
+from msmon.engine.backends.runfacts import RunFacts
 
 
 class MindInsightBackend(Backend):
@@ -20,8 +31,12 @@ class MindInsightBackend(Backend):
     heavy = True
 
     _writer: Any = None
+    _lineage: LineageFile | None = None
+    _facts: RunFacts | None = None
 
     def prepare(self) -> None:
+        import mindspore.train.lineage_pb2  # noqa: F401
+        import mindspore.train.summary._lineage_adapter  # noqa: F401
         import mindspore.train.summary._summary_adapter  # noqa: F401
         import mindspore.train.summary.writer  # noqa: F401
 
@@ -30,8 +45,20 @@ class MindInsightBackend(Backend):
         from mindspore.train.summary.writer import SummaryWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        name = get_event_file_name("events", "_MS", str(int(time.time())))  # events.out.events.summary.<t>...
+        stamp = str(int(time.time()))
+        if self._lineage is None:
+            self._open_lineage(self.run_dir / get_event_file_name("events", "_lineage", stamp))
+        name = get_event_file_name("events", "_MS", stamp)  # events.out.events.summary.<t>...
         self._writer = SummaryWriter(str(self.run_dir / name))
+
+    def _open_lineage(self, path: Any) -> None:
+        facts = RunFacts(self.config, self.run_dir)
+        lineage = LineageFile(path)
+        custom = {k: v for k, v in facts.hyperparameters.items() if k not in TRAIN_LINEAGE_FIELDS}
+        lineage.write("custom_lineage_data", custom_lineage({**custom, "status": "running"}))
+        lineage.write("train_lineage", train_lineage(facts.hyperparameters, None))
+        lineage.flush()
+        self._facts, self._lineage = facts, lineage
 
     def write(self, records: list[dict[str, Any]]) -> None:
         import numpy as np
@@ -43,12 +70,29 @@ class MindInsightBackend(Backend):
                       for key, value in metric_items(record)]
             event = package_summary_event(values, int(record["step"]), float(record["time"]))
             self._writer.write("summary", event.SerializeToString())
+        if self._facts is not None:
+            self._facts.add(records)
 
     def flush(self) -> None:
         self._writer.flush()
 
     def close(self, status: str) -> None:
+        """At the run's end (any final status) the lineage gets its results; a backend stopped by the disk guard
+        (``suspended``) or after failures (``disabled``) only closes its files."""
+        lineage, self._lineage = self._lineage, None
         writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.flush()
-            writer.close()
+        try:
+            if lineage is not None and self._facts is not None and status in RUN_STATUSES:
+                facts = self._facts
+                results = facts.results(status)
+                final = results.get("final_loss")
+                lineage.write("custom_lineage_data", custom_lineage({"status": status}))
+                lineage.write("train_lineage", train_lineage(facts.hyperparameters, final if isinstance(
+                    final, float) else None))
+                lineage.write("eval_lineage", eval_lineage(results))
+        finally:
+            if lineage is not None:
+                lineage.close()
+            if writer is not None:
+                writer.flush()
+                writer.close()

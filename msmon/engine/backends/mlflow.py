@@ -1,18 +1,28 @@
-"""``mlflow`` backend: one MLflow run per msmon run; config as params, metrics sent with log_batch."""
+"""``mlflow`` backend: one MLflow run per msmon run; config and hyperparameters (``hp.<name>``) as params, versions,
+git commit and status as tags, metrics sent with log_batch, the results as metrics at the end."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
+from msmon import layout
 from msmon.engine.backends.base import Backend, metric_items
+from msmon.engine.backends.runfacts import RunFacts, run_identity
+from msmon.util.atomic import atomic_write_json
+from msmon.util.attempt import current
+from msmon.util.jsonfiles import read_json_object
+from msmon.util.mapping import flatten
 
 MAX_PARAM_VALUE = 6000
 MAX_PARAMS_PER_BATCH = 100
 SECRET_WORDS = ("password", "secret", "token", "api_key", "apikey", "webhook", "credential")
 STATUS = {"completed": "FINISHED", "failed": "FAILED"}  # everything else (interrupted, stopped...) -> KILLED
+HP_PREFIX = "hp."  # the chosen hyperparameters (msmon.config.hyperparameters), beside the whole config's keys
+GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tag: its UI shows it as the run's git commit
 
 
 def param_key(key: str) -> str:
@@ -20,18 +30,12 @@ def param_key(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key)[:250]
 
 
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """``{"a.b.c": "value"}`` from a nested mapping; lists as their string; secret-looking keys redacted."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, dotted + "."))
-        elif any(word in str(key).lower() for word in SECRET_WORDS):
-            flat[dotted] = "***"
-        else:
-            flat[dotted] = str(value)[:MAX_PARAM_VALUE]
-    return flat
+def param_values(config: Mapping[str, Any]) -> dict[str, str]:
+    """The config as MLflow params: dotted keys, values as text (truncated), secret-looking keys redacted."""
+    return {
+        key: "***" if any(word in key.lower() for word in SECRET_WORDS) else str(value)[:MAX_PARAM_VALUE]
+        for key, value in flatten(config).items()
+    }
 
 
 class MlflowBackend(Backend):
@@ -43,46 +47,100 @@ class MlflowBackend(Backend):
     _client: Any = None
     _run_id: str | None = None
     _params_logged = False
+    _continued = False
     _alerts = 0
+    _facts: RunFacts | None = None
+
+    @property
+    def close_budget_s(self) -> float:
+        return self.settings.mlflow.timeout_s + 2.0  # one request in flight, or the final batch and set_terminated
 
     @property
     def write_interval_s(self) -> float:
         return 1.0  # one request per second at most, whatever the log interval: the server shares the machine
 
     def prepare(self) -> None:
+        """On the thread that starts the session: MLflow reads its HTTP settings from the environment. msmon's
+        writer retries with its own backoff, so MLflow's own retries (which would hold the worker for minutes)
+        are off and a request times out after ``mlflow.timeout_s``, unless the user set them."""
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(self.settings.mlflow.timeout_s))))
         import mlflow.entities  # noqa: F401
 
     def open(self) -> None:
         options = self.settings.mlflow
         if not options.tracking_uri:
             raise ValueError("monitor_config.mlflow.tracking_uri is not set")
-        # msmon's writer retries with its own backoff; MLflow's internal retries would hold the worker for minutes
-        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
-        os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(max(1, int(options.timeout_s)))
         from mlflow import MlflowClient
 
         if self._client is None:
             self._client = MlflowClient(tracking_uri=options.tracking_uri)
         if self._run_id is None:
-            name = options.experiment_name or self.settings.project_name
-            experiment = self._client.get_experiment_by_name(name)
-            experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(name)
-            run = self._client.create_run(
-                experiment_id, run_name=self.settings.run_name, tags={"msmon.run_dir": str(self.run_dir)}
-            )
-            self._run_id = run.info.run_id
+            self._run_id = self._continued_run() or self._new_run()
         if not self._params_logged:
             self._log_params()
             self._params_logged = True
+
+    def _new_run(self) -> str:
+        """A new MLflow run, its id kept in the run directory (``mlflow_run.json``) for later attempts."""
+        options = self.settings.mlflow
+        name = options.experiment_name or self.settings.project_name
+        experiment = self._client.get_experiment_by_name(name)
+        experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(name)
+        run = self._client.create_run(experiment_id, run_name=self.settings.run_name, tags=self._tags())
+        atomic_write_json(self.run_dir / layout.MLFLOW_RUN, {"run_id": run.info.run_id,
+                                                             "tracking_uri": options.tracking_uri})
+        return str(run.info.run_id)
+
+    def _continued_run(self) -> str | None:
+        """A later attempt of the run (a resume, a restart) continues the MLflow run of the first one: the id in
+        ``mlflow_run.json`` when it names a run of the same tracking server; the run is RUNNING again and tagged
+        with the attempt."""
+        try:
+            kept = read_json_object(self.run_dir / layout.MLFLOW_RUN)
+        except (OSError, ValueError):
+            return None
+        run_id = kept.get("run_id")
+        if not isinstance(run_id, str) or kept.get("tracking_uri") != self.settings.mlflow.tracking_uri:
+            return None
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self._client.update_run(run_id, status="RUNNING")
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            return None  # deleted on the server: a new run
+        self._client.set_tag(run_id, "msmon.status", "running")
+        attempt = current()
+        if attempt is not None:
+            self._client.set_tag(run_id, "msmon.attempt", str(attempt.number))
+            self._client.set_tag(run_id, "msmon.resumed_from_step", str(attempt.resumed_from_step))
+        self._continued = True
+        return run_id
 
     @property
     def run_id(self) -> str | None:
         return self._run_id
 
+    def _tags(self) -> dict[str, str]:
+        identity = run_identity()
+        tags = {"msmon.run_dir": str(self.run_dir), "msmon.status": "running"}
+        tags.update({f"msmon.{key}": value for key, value in identity.items() if key != "git_commit"})
+        if "git_commit" in identity:
+            tags[GIT_COMMIT_TAG] = identity["git_commit"]
+        return tags
+
     def _log_params(self) -> None:
+        """The config as params; a continued run gets only the keys it lacks (MLflow refuses changing a param,
+        and a resumed config differs in its resume keys)."""
         from mlflow.entities import Param
 
-        params = [Param(param_key(key), value) for key, value in flatten(self.config or {}).items()]
+        self._facts = self._facts or RunFacts(self.config, self.run_dir)
+        chosen = {HP_PREFIX + name: str(value)[:MAX_PARAM_VALUE] for name, value in self._facts.hyperparameters.items()}
+        values = {**chosen, **param_values(self.config or {})}
+        known = set(self._client.get_run(self._run_id).data.params) if self._continued else set()
+        params = [Param(param_key(key), value) for key, value in values.items() if param_key(key) not in known]
         for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
             self._client.log_batch(self._run_id, params=params[start : start + MAX_PARAMS_PER_BATCH])
 
@@ -97,6 +155,8 @@ class MlflowBackend(Backend):
         size = max(1, min(1000, self.settings.mlflow.batch_size))
         for start in range(0, len(metrics), size):
             self._client.log_batch(self._run_id, metrics=metrics[start : start + size])
+        if self._facts is not None:
+            self._facts.add(records)
 
     def write_alert(self, alert: dict[str, Any]) -> None:
         self._alerts += 1
@@ -105,5 +165,17 @@ class MlflowBackend(Backend):
         self._client.set_tag(self._run_id, "msmon.alert_count", str(self._alerts))
 
     def close(self, status: str) -> None:
-        if self._run_id is not None:
-            self._client.set_terminated(self._run_id, STATUS.get(status, "KILLED"))
+        """The results (``final_loss``, ``best_loss``, ``steps`` at the last logged step) and the status tag, then
+        the MLflow run's end state."""
+        if self._run_id is None:
+            return
+        if self._facts is not None:
+            from mlflow.entities import Metric
+
+            results = self._facts.results(status)
+            now, step = int(time.time() * 1000), int(results["steps"])
+            metrics = [Metric(name, float(value), now, step) for name, value in results.items()
+                       if not isinstance(value, str)]
+            self._client.log_batch(self._run_id, metrics=metrics)
+        self._client.set_tag(self._run_id, "msmon.status", status)
+        self._client.set_terminated(self._run_id, STATUS.get(status, "KILLED"))

@@ -2,15 +2,69 @@
 
 One event per record holds every metric (tensorboardX computes its CRCs in pure Python unless the
 ``crc32c`` package is installed: one event instead of one per metric costs a fraction of the CPU).
+The run's hyperparameters go in the HParams plugin format (a session start at open; the results as scalars
+and the session end with its status at close), so TensorBoard's HParams dashboard lists every run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
+from msmon.config.hyperparameters import RUN_STATUSES, Value
 from msmon.engine.backends.base import Backend, metric_items
+from msmon.engine.backends.runfacts import RunFacts
+from msmon.util.attempt import current
+
+HPARAMS_PLUGIN = "hparams"
+SESSION_START_TAG = "_hparams_/session_start_info"  # the tags tensorboard.plugins.hparams.metadata reads
+SESSION_END_TAG = "_hparams_/session_end_info"
+#: msmon's final status -> the HParams session status (the plugin has no "aborted").
+SESSION_STATUS = {"completed": "STATUS_SUCCESS", "failed": "STATUS_FAILURE", "stopped_by_monitor": "STATUS_FAILURE"}
+
+
+def hparams_summary(tag: str, **data: Any) -> Any:
+    """A Summary holding one HParams plugin message (``session_start_info`` or ``session_end_info``)."""
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+
+    content = HParamsPluginData(version=0, **data).SerializeToString()
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=HPARAMS_PLUGIN, content=content))
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata)])
+
+
+def session_start(hyperparameters: dict[str, Value]) -> Any:
+    from tensorboardX.proto.plugin_hparams_pb2 import SessionStartInfo
+
+    info = SessionStartInfo(start_time_secs=time.time())
+    for name, value in hyperparameters.items():
+        if isinstance(value, str):
+            info.hparams[name].string_value = value
+        else:
+            info.hparams[name].number_value = float(value)
+    return hparams_summary(SESSION_START_TAG, session_start_info=info)
+
+
+def session_end(status: str) -> Any:
+    from tensorboardX.proto.api_pb2 import Status
+    from tensorboardX.proto.plugin_hparams_pb2 import SessionEndInfo
+
+    info = SessionEndInfo(status=Status.Value(SESSION_STATUS.get(status, "STATUS_UNKNOWN")), end_time_secs=time.time())
+    return hparams_summary(SESSION_END_TAG, session_end_info=info)
+
+
+def write_results(writer: Any, results: dict[str, Value]) -> None:
+    """The results as scalars (``final_loss``, ``best_loss``, ``steps``: HParams metrics) and the session end,
+    at the last logged step."""
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    step = int(results["steps"])
+    values = [Summary.Value(tag=name, simple_value=float(value)) for name, value in results.items()
+              if not isinstance(value, str)]
+    writer.add_summary(Summary(value=values), step)
+    writer.add_summary(session_end(str(results["status"])), step)
 
 
 class TensorBoardBackend(Backend):
@@ -20,21 +74,39 @@ class TensorBoardBackend(Backend):
     heavy = True
 
     _writer: Any = None
+    _facts: RunFacts | None = None
 
     @property
     def flush_interval_s(self) -> float:
         return self.settings.tensorboard.flush_secs
 
     def prepare(self) -> None:
+        import tensorboardX.proto.api_pb2  # noqa: F401
+        import tensorboardX.proto.plugin_hparams_pb2  # noqa: F401
         import tensorboardX.summary  # noqa: F401
+
+        # tensorboardX warns on every non-finite value; msmon records NaN/Inf on purpose
+        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
 
     def open(self) -> None:
         from tensorboardX import FileWriter
 
-        # tensorboardX warns on every non-finite value; msmon records NaN/Inf on purpose
-        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._writer = FileWriter(str(self.run_dir), flush_secs=max(1, int(self.flush_interval_s)))
+        attempt = current()
+        if attempt is not None and attempt.resumed_from_step is not None:
+            self._purge_after(attempt.resumed_from_step)
+        if self._facts is None:
+            self._facts = RunFacts(self.config, self.run_dir)
+            self._writer.add_summary(session_start(self._facts.hyperparameters), 0)
+
+    def _purge_after(self, step: int) -> None:
+        """A resumed run: TensorBoard hides the earlier files' events after ``step`` (what tensorboardX's
+        ``SummaryWriter(purge_step=step + 1)`` writes: a session START at that step)."""
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self._writer.add_event(Event(step=step + 1, file_version="brain.Event:2"))
+        self._writer.add_event(Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
 
     def write(self, records: list[dict[str, Any]]) -> None:
         from tensorboardX.proto.summary_pb2 import Summary
@@ -42,6 +114,8 @@ class TensorBoardBackend(Backend):
         for record in records:
             values = [Summary.Value(tag=key, simple_value=value) for key, value in metric_items(record)]
             self._writer.add_summary(Summary(value=values), int(record["step"]), record.get("time"))
+        if self._facts is not None:
+            self._facts.add(records)
 
     def write_alert(self, alert: dict[str, Any]) -> None:
         text = f"**{alert.get('severity', 'warning')}** {alert.get('detector', '')}: {alert.get('message', '')}"
@@ -56,6 +130,14 @@ class TensorBoardBackend(Backend):
         self._writer.flush()
 
     def close(self, status: str) -> None:
+        """At the run's end (any final status): the results as scalars at the last step, then the session end;
+        a backend stopped by the disk guard or after failures only closes its file."""
         writer, self._writer = self._writer, None
-        if writer is not None:
+        if writer is None:
+            return
+        try:
+            if self._facts is not None and status in RUN_STATUSES:
+                write_results(writer, self._facts.results(status))
+        finally:
             writer.close()
+

@@ -5,26 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from msmon.compat import global_norm_spike_threshold
+from msmon.config.health import HealthSettings
+from msmon.config.schedule import schedule_from_config
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.dead_series import DeadSeriesDetector
 from msmon.health.detectors.grad_explosion import GradExplosionDetector
-from msmon.health.detectors.learning_rate import LearningRateDetector, schedule_from_config
+from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.loss_spike import LossSpikeDetector
 from msmon.health.detectors.nonfinite import NonFiniteDetector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.detectors.throughput_drop import ThroughputDropDetector
-from msmon.health.settings import HealthSettings
-
-
-def mindformers_norm_threshold(config: Mapping[str, Any] | None) -> float | None:
-    """``monitor_config.global_norm_spike_threshold`` when the training config sets it."""
-    section = (config or {}).get("monitor_config")
-    value = section.get("global_norm_spike_threshold") if isinstance(section, Mapping) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _steps(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+from msmon.util.numbers import positive_int
 
 
 def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
@@ -35,9 +27,9 @@ def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
     callbacks = config.get("callbacks")
     for entry in callbacks if isinstance(callbacks, list) else []:
         if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
-            found.extend(filter(None, [_steps(entry.get("save_checkpoint_steps", 1))]))
+            found.extend(filter(None, [positive_int(entry.get("save_checkpoint_steps", 1))]))
     if config.get("do_eval") is True:
-        found.extend(filter(None, [_steps(config.get("eval_step_interval", 100))]))
+        found.extend(filter(None, [positive_int(config.get("eval_step_interval", 100))]))
     return tuple(found)
 
 
@@ -45,7 +37,7 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
     """The enabled detectors in a fixed order (the same list live and in replay)."""
     schedule = schedule_from_config(config, settings.learning_rate)
     grad = settings.grad_explosion
-    threshold = grad.absolute_threshold if grad.absolute_threshold is not None else mindformers_norm_threshold(config)
+    threshold = grad.absolute_threshold if grad.absolute_threshold is not None else global_norm_spike_threshold(config)
     candidates: list[tuple[bool, Any]] = [
         (settings.nonfinite.enabled, lambda: NonFiniteDetector(settings.nonfinite)),
         (settings.dead_series.enabled, lambda: DeadSeriesDetector(settings.dead_series)),

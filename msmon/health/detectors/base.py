@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Protocol
 
 from msmon.health.alert import Signal
+from msmon.util.numbers import as_number
 
 
 class Detector(Protocol):
@@ -17,8 +18,5 @@ class Detector(Protocol):
 
 def metric(record: dict[str, Any], key: str) -> float | None:
     """The record's ``key`` as a float (NaN/Inf kept), or None when absent or not a number."""
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    return as_number(record.get(key))
 

@@ -6,9 +6,10 @@ import math
 from collections import deque
 from typing import Any
 
-from msmon.health.alert import Signal, fmt
+from msmon.config.health import DeadSeriesSettings
+from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
-from msmon.health.settings import DeadSeriesSettings
+from msmon.util.numbers import fmt_number
 
 ZERO = "grad_norm=0"
 
@@ -42,12 +43,12 @@ class DeadSeriesDetector:
             if value is None or not math.isfinite(value):
                 continue
             recent.append(value)
-            if len(recent) < recent.maxlen or any(v != recent[0] for v in recent):
+            if len(recent) < (recent.maxlen or 0) or any(v != recent[0] for v in recent):
                 self._reported.discard(name)
             elif name not in self._reported:
                 self._reported.add(name)
                 if not (name == "grad_norm" and value == 0 and ZERO in self._reported):
-                    found.append(f"{name} is exactly {fmt(value)} for {len(recent)} logs")
+                    found.append(f"{name} is exactly {fmt_number(value)} for {len(recent)} logs")
                 values[name] = value
         if not found:
             return None

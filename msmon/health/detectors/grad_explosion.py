@@ -7,10 +7,11 @@ import statistics
 from collections import deque
 from typing import Any
 
-from msmon.health.alert import Signal, fmt
+from msmon.config.health import GradExplosionSettings
+from msmon.config.schedule import Schedule
+from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
-from msmon.health.detectors.learning_rate import Schedule
-from msmon.health.settings import GradExplosionSettings
+from msmon.util.numbers import fmt_number
 
 LEVEL_LOGS = 5  # logs whose median is the current level of the robust path
 
@@ -65,6 +66,7 @@ class GradExplosionDetector:
         self.absolute_threshold = absolute_threshold
         self._points: deque[tuple[int, float]] = deque()
         self._low = math.inf
+        self._low_step = 0  # the step whose window set the low: "since step N" in the alert
         self._growing = False
         self._streak = 0
         self._over_cap = False
@@ -90,7 +92,9 @@ class GradExplosionDetector:
         if len(self._points) < s.min_points or step - start < s.window_steps:
             return cap
         slope, t = fit_slope(list(self._points))
-        self._low = min(self._low, math.exp(statistics.median(y for _, y in self._points)))
+        rolling = math.exp(statistics.median(y for _, y in self._points))
+        if rolling < self._low:
+            self._low, self._low_step = rolling, step
         ratio = gn / self._low
         level = math.exp(statistics.median(y for _, y in list(self._points)[-LEVEL_LOGS:]))
         growing = (slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio) or (
@@ -110,10 +114,10 @@ class GradExplosionDetector:
         return Signal(
             "warning",
             f"{label} is growing {100 * (math.exp(slope) - 1):.2g}%/step over the last {span} steps "
-            f"({fmt(first)} -> {fmt(gn)}, {ratio:.2g}x its low {fmt(self._low)}); "
+            f"({fmt_number(first)} -> {fmt_number(gn)}, {ratio:.2g}x its low {fmt_number(self._low)}); "
             "an explosion builds like this before the loss shows it",
             {"grad_norm": own, **({} if mean is None else {"grad_norm_mean": mean}),
-             "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low,
+             "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low, "low_step": self._low_step,
              "ratio": ratio, "window_steps": span, "loss": metric(record, "loss")},
         )
 
@@ -127,6 +131,6 @@ class GradExplosionDetector:
         self._over_cap = True
         return Signal(
             "warning",
-            f"{label} {fmt(gn)} reached the absolute threshold {fmt(limit)}",
+            f"{label} {fmt_number(gn)} reached the absolute threshold {fmt_number(limit)}",
             {"grad_norm": gn, "threshold": limit, "check": "absolute"},
         )

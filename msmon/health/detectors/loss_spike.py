@@ -7,9 +7,10 @@ import statistics
 from collections import deque
 from typing import Any
 
-from msmon.health.alert import Signal, fmt
+from msmon.config.health import LossSpikeSettings
+from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
-from msmon.health.settings import LossSpikeSettings
+from msmon.util.numbers import fmt_number
 
 MIN_REL_NOISE = 0.01  # the noise never counts as less than 1% of the level (a flat baseline)
 Q75_OF_ABS_DIFF = 1.6268  # 75th percentile of |a - b| for a, b ~ N(0, sigma^2), in sigmas
@@ -66,7 +67,7 @@ class LossSpikeDetector:
         ratio = loss / level if level > 0 else math.inf
         return Signal(
             "warning",
-            f"loss spike: loss {fmt(loss)} is {ratio:.2g}x its recent level {fmt(level)} "
+            f"loss spike: loss {fmt_number(loss)} is {ratio:.2g}x its recent level {fmt_number(level)} "
             f"({z:.3g} noise sigmas) for {self._streak} logs since step {self._since}",
             {"loss": loss, "level": level, "noise": noise, "ratio": ratio, "z": z, "logs": self._streak,
              "since_step": self._since},

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from msmon.health.alert import Signal, fmt
+from msmon.config.health import NonFiniteSettings
+from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
-from msmon.health.settings import NonFiniteSettings
+from msmon.util.numbers import fmt_number
 
 LABELS = {"loss_mean": "loss_mean (a step since the previous log had a non-finite loss)"}
 
@@ -42,7 +43,7 @@ class NonFiniteDetector:
         if self._active:
             return None
         self._active = True
-        names = " and ".join(f"{LABELS.get(key, key)} is {fmt(value)}" for key, value in bad.items())
+        names = " and ".join(f"{LABELS.get(key, key)} is {fmt_number(value)}" for key, value in bad.items())
         return Signal(
             "critical",
             f"{names}: the run has diverged or hit a bad batch; later updates are meaningless",

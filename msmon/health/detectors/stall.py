@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from msmon.config.health import StallSettings
 from msmon.health.alert import Signal
-from msmon.health.settings import StallSettings
 
 
 def calibrate(step_seconds: Sequence[float], settings: StallSettings) -> float:
@@ -51,8 +51,11 @@ class StallDetector:
         self._prev: tuple[int, float] | None = None
         self.reported_step: int | None = None
 
-    def timeout(self, step_seconds: Sequence[float] | None = None, slow: bool = False) -> float:
-        """The calibrated timeout; at least ``slow_step_timeout_s`` where a save or an evaluation may run."""
+    def timeout(self, step_seconds: Sequence[float] | None = None, slow: bool = False, started: bool = True) -> float:
+        """The calibrated timeout; at least ``slow_step_timeout_s`` where a save or an evaluation may run. Before
+        the first step has ended (``started`` false: model build, graph compilation) only ``first_step_timeout_s``."""
+        if not started:
+            return self.settings.first_step_timeout_s
         timeout = calibrate(self._seconds if step_seconds is None else step_seconds, self.settings)
         return max(timeout, self.settings.slow_step_timeout_s) if slow else timeout
 
@@ -89,26 +92,38 @@ class StallDetector:
              "timeout_s": timeout, "check": "gap"},
         )
 
-    def check(
-        self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float]
-    ) -> Signal | None:
-        """Watchdog: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1.
+    def resumed(self) -> None:
+        """A restart from a checkpoint: the time until its first record is no stalled step, and a stall at a step
+        reported before the restart is a new one."""
+        self._prev = None
+        self.reported_step = None
 
-        A save or an evaluation runs in a step-end callback before or after msmon's, so both the last
+    def due(self, idle_s: float, last_step: int | None, step_seconds: Sequence[float]) -> float | None:
+        """The timeout when a stall is to be reported now (``idle_s`` over it and this stall not reported yet),
+        else None. A save or an evaluation runs in a step-end callback before or after msmon's, so both the last
         step and the next one count."""
         slow = last_step is not None and self._slow(last_step, last_step + 1)
-        timeout = self.timeout(step_seconds, slow)
+        timeout = self.timeout(step_seconds, slow, started=last_step is not None)
         marker = -1 if last_step is None else last_step
-        if idle_s <= timeout or self.reported_step == marker:
+        return None if idle_s <= timeout or self.reported_step == marker else timeout
+
+    def check(
+        self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
+        detail: str | None = None, values: dict[str, Any] | None = None,
+    ) -> Signal | None:
+        """Watchdog: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1.
+        ``detail`` says where the run hangs (the ranks, their stacks), ``values`` what the alert adds for it."""
+        timeout = self.due(idle_s, last_step, step_seconds)
+        if timeout is None:
             return None
-        self.reported_step = marker
+        self.reported_step = -1 if last_step is None else last_step
         where = "no step has ended yet"
         if last_step is not None:
             where = f"last step {last_step} ended at {stamp(last_end_wall)}"
         return Signal(
             "critical",
             f"stall: no training step has ended for {idle_s:.3g} s (timeout {timeout:.3g} s); {where}. "
-            "The run may be hung (data loader, collective, I/O)",
+            + (detail or "The run may be hung (data loader, collective, I/O)"),
             {"last_step": last_step, "last_step_time": last_end_wall, "last_step_time_iso": stamp(last_end_wall),
-             "idle_s": idle_s, "timeout_s": timeout, "check": "watchdog"},
+             "idle_s": idle_s, "timeout_s": timeout, "check": "watchdog", **(values or {})},
         )

@@ -7,9 +7,10 @@ import statistics
 from collections import deque
 from typing import Any
 
-from msmon.health.alert import Signal, fmt
+from msmon.config.health import ThroughputDropSettings
+from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
-from msmon.health.settings import ThroughputDropSettings
+from msmon.util.numbers import fmt_number
 
 
 def speed(record: dict[str, Any]) -> tuple[str, float] | None:
@@ -41,6 +42,10 @@ class ThroughputDropDetector:
         self._since: int | None = None
         self._active = False
 
+    def resumed(self) -> None:
+        """A restart from a checkpoint: its first log holds a graph compilation again."""
+        self._seen = 0
+
     def observe(self, record: dict[str, Any]) -> Signal | None:
         found = speed(record)
         step = record.get("step")
@@ -64,13 +69,13 @@ class ThroughputDropDetector:
             self._active = False
             return None
         self._since = step if self._since is None else self._since
-        if self._active or step - self._since < s.min_steps or len(self._recent) < self._recent.maxlen:
+        if self._active or step - self._since < s.min_steps or len(self._recent) < (self._recent.maxlen or 0):
             return None
         self._active = True
         return Signal(
             "warning",
-            f"{name} has stayed at {current / base:.0%} of its usual {fmt(base)} since step {self._since} "
-            f"(now {fmt(value)}): something, often the data pipeline, is starving the training",
+            f"{name} has stayed at {current / base:.0%} of its usual {fmt_number(base)} since step {self._since} "
+            f"(now {fmt_number(value)}): something, often the data pipeline, is starving the training",
             {name: value, "recent_median": current, "baseline_median": base, "fraction": current / base,
              "since_step": self._since},
         )

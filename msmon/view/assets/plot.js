@@ -82,13 +82,10 @@
     logBox.type = "checkbox";
     logLabel.appendChild(logBox);
     logLabel.appendChild(document.createTextNode(" log scale"));
-    head.appendChild(title);
-    head.appendChild(readout);
-    head.appendChild(logLabel);
+    head.append(title, readout, logLabel);
     const canvas = document.createElement("canvas");
     canvas.setAttribute("data-metric", p.metric);
-    box.appendChild(head);
-    box.appendChild(canvas);
+    box.append(head, canvas);
     (p.group === "more" && more ? more : root).appendChild(box);
     const panel = { p, canvas, readout, logBox, yr: [0, 1], log: false, w: 0 };
     logBox.addEventListener("change", function () { panel.log = logBox.checked; drawAll(); });
@@ -288,7 +285,11 @@
     c.addEventListener("dblclick", function () { view = full.slice(); drawAll(); });
   }
 
-  function drawAll() { for (const panel of panels) draw(panel); }
+  function drawAll() {
+    for (const panel of panels) draw(panel);
+    window.msmonPlot = { margin: M, view: view };  // heatmap.js follows the plots' step axis and zoom
+    document.dispatchEvent(new CustomEvent("msmon-view"));
+  }
 
   for (const p of DATA.panels) panels.push(makePanel(p));
   window.addEventListener("resize", drawAll);

@@ -1,17 +1,35 @@
-"""Find and stop the processes of a board: its process group, guarded against pid reuse."""
+"""Processes: liveness, process groups guarded against pid reuse, stopping them."""
 
 from __future__ import annotations
 
 import os
+import platform
 import signal
+import socket
 import time
+from typing import Any
 
 import psutil
 
 
-def _alive(proc: psutil.Process) -> bool:
+def alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def on_this_host(host: Any) -> bool:
+    """Whether ``host`` (a recorded host name) is this machine."""
+    return isinstance(host, str) and host in (socket.gethostname(), platform.node())
+
+
+def is_stopped(pid: object) -> bool:
+    """Whether process ``pid`` of this machine is stopped (SIGSTOP, a debugger)."""
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
     except psutil.Error:
         return False
 
@@ -26,7 +44,7 @@ def group_members(pgid: int, since: float) -> list[psutil.Process]:
                 continue
         except (OSError, psutil.Error, AttributeError):
             continue
-        if (proc.info["create_time"] or 0) >= since - 1.0 and _alive(proc):
+        if (proc.info["create_time"] or 0) >= since - 1.0 and alive(proc):
             members.append(proc)
     return members
 
@@ -36,6 +54,18 @@ def cmdline(proc: psutil.Process) -> list[str]:
         return proc.cmdline()
     except psutil.Error:
         return []
+
+
+def pid_running(pid: object, started_by: float | None = None) -> bool:
+    """Whether process ``pid`` runs and, with ``started_by`` (unix s), was started by then (not a reused pid)."""
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        created = proc.create_time()
+    except psutil.Error:
+        return False
+    return alive(proc) and (started_by is None or created <= started_by)
 
 
 def create_time(pid: int) -> float:
@@ -50,7 +80,7 @@ def same_process(pid: int, create_time: float) -> bool:
     """Whether ``pid`` is still the process created at ``create_time`` (not a reused pid)."""
     try:
         proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) < 0.5 and _alive(proc)
+        return abs(proc.create_time() - create_time) < 0.5 and alive(proc)
     except psutil.Error:
         return False
 
@@ -78,7 +108,7 @@ def listener_pid(members: list[psutil.Process], port: int) -> int | None:
 def stop_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[psutil.Process]:
     """SIGINT every process, SIGKILL those still alive after ``grace_s``; return any survivors."""
     for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 3.0)):
-        procs = [p for p in procs if _alive(p)]
+        procs = [p for p in procs if alive(p)]
         for proc in procs:
             try:
                 proc.send_signal(sig)
@@ -87,5 +117,5 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[ps
         deadline = time.monotonic() + wait_s
         while procs and time.monotonic() < deadline:
             psutil.wait_procs(procs, timeout=0.2)
-            procs = [p for p in procs if _alive(p)]
-    return [p for p in procs if _alive(p)]
+            procs = [p for p in procs if alive(p)]
+    return [p for p in procs if alive(p)]

@@ -1,7 +1,8 @@
-"""Durations on the command line (``3d``, ``12h``, ``30m``) and short human ages."""
+"""Durations on the command line (``3d``, ``12h``, ``30m``) and for people (``12m05s``, ``8.0s``)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from msmon.errors import ExitCode, MsmonError
@@ -20,15 +21,21 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
-def format_duration(seconds: float | None) -> str:
-    """``45s``, ``12m05s``, ``3h04m``, ``2d03h``; ``-`` when unknown."""
-    if seconds is None or seconds != seconds:
+def format_duration(seconds: float | None, *, fine: bool = False) -> str:
+    """``45s``, ``12m05s``, ``3h04m``, ``2d03h``; ``fine``: ``8.0s``, ``12m05s``, ``26h04m05s`` (a clock);
+    ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
         return "-"
-    value = max(0, int(round(seconds)))
+    seconds = max(0.0, seconds)
+    if fine and seconds < 60:
+        return f"{seconds:.1f}s"
+    value = int(round(seconds))
     if value < 60:
         return f"{value}s"
     if value < 3600:
         return f"{value // 60}m{value % 60:02d}s"
+    if fine:
+        return f"{value // 3600}h{value % 3600 // 60:02d}m{value % 60:02d}s"
     if value < 86400:
         return f"{value // 3600}h{value % 3600 // 60:02d}m"
     return f"{value // 86400}d{value % 86400 // 3600:02d}h"

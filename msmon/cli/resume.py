@@ -1,0 +1,100 @@
+"""`msmon resume RUN_DIR`: continue a run from its latest complete checkpoint, as it was started.
+
+The run's own config snapshot (``config.yaml``) with the overrides and launch options of the ``msmon run`` command
+that run.json records (parsed by that command's own parser), in the working directory it ran in; the run's
+directory is named by overrides (``save_dir``, ``project_name``, ``run_name``), so a generated run_name
+(``auto``, ``${now:...}``) still finds it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from msmon.cli.common import handle_errors
+from msmon.cli.complete import run_dirs
+from msmon.errors import MsmonError
+
+#: The options of `msmon run` a resume takes over from the recorded command (the launch layout).
+LAUNCH_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port", "node_rank")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("resume")(resume)
+
+
+def recorded_options(command: list[str]) -> dict[str, Any]:
+    """The parameters of the ``msmon run ...`` command line ``command`` (run.json's), by `msmon run`'s parser."""
+    from msmon.cli.run import run
+
+    if command[1:2] != ["run"] or len(command) < 3:
+        raise MsmonError(f"run.json's command is not an `msmon run` command: {' '.join(command) or 'none'}",
+                         "resume it with msmon run CONFIG --resume")
+    probe = typer.Typer()
+    probe.command()(run)
+    parser = typer.main.get_command(probe)
+    with parser.make_context("run", list(command[2:]), resilient_parsing=True) as context:
+        return dict(context.params)
+
+
+def _flags(options: dict[str, Any]) -> list[str]:
+    """The launch options as command-line flags (for the run.json command of the resumed run)."""
+    flags = []
+    for name in LAUNCH_OPTIONS:
+        if options.get(name) is not None:
+            flags += [f"--{name.replace('_', '-')}", str(options[name])]
+    return flags
+
+
+@handle_errors
+def resume(
+    run_dir: str = typer.Argument(..., help="The run directory to continue.", autocompletion=run_dirs),
+    max_restarts: int = typer.Option(None, "--max-restarts", min=0, help="Restarts after a crash or a hang "
+                                     "(default: the recorded command's)."),
+    restart_backoff: float = typer.Option(None, "--restart-backoff", min=0.0, help="Seconds before the first "
+                                          "restart (default: the recorded command's)."),
+    board: bool = typer.Option(False, "--board/--no-board", help="Start the board beside training."),
+    port: int = typer.Option(8080, "--port", help="Board port (0: a free one)."),
+    keep_board: bool = typer.Option(False, "--keep-board", help="Leave the board running after training."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
+    plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel."),
+    framework_logs: bool = typer.Option(False, "--framework-logs", help="All of the framework's output above the "
+                                        "live panel."),
+    report: bool = typer.Option(False, "--report", help="Write the HTML report when the run ends."),
+) -> None:
+    """Continue a run from its latest complete checkpoint with its own config snapshot and recorded overrides;
+    exit codes as `msmon run` (1: nothing to resume, or the checkpoint does not fit)."""
+    from msmon import layout
+    from msmon.cli.run import launch
+    from msmon.runner.checkpoints import override_value
+    from msmon.runner.plan import RunRequest
+    from msmon.runner.resume import recorded_info
+
+    path = Path(run_dir).absolute()
+    info = recorded_info(path)
+    snapshot = path / layout.CONFIG_SNAPSHOT
+    if info is None or not snapshot.is_file():
+        missing = layout.RUN_JSON if info is None else layout.CONFIG_SNAPSHOT
+        raise MsmonError(f"{path}: no {missing}: not a run directory of msmon run", "pass a run directory")
+    options = recorded_options([str(part) for part in info.get("command") or []])
+    here = {"monitor_config.save_dir": path.parent.parent, "monitor_config.project_name": path.parent.name,
+            "monitor_config.run_name": path.name}
+    kept = [item for item in options.get("overrides") or [] if item.split("=", 1)[0] not in here]
+    overrides = [*kept, *(f"{key}={override_value(str(value))}" for key, value in here.items())]
+    recorded_cwd = Path(str(info.get("cwd") or ""))
+    if info.get("cwd") and recorded_cwd.is_dir():
+        os.chdir(recorded_cwd)  # the config's relative paths (datasets) mean what they meant
+    restarts = max_restarts if max_restarts is not None else int(options.get("max_restarts") or 0)
+    backoff = restart_backoff if restart_backoff is not None else float(options.get("restart_backoff") or 10.0)
+    launch_options = {name: options.get(name) for name in LAUNCH_OPTIONS}
+    command = ["msmon", "run", str(snapshot), *overrides, "--resume", *_flags(launch_options),
+               "--max-restarts", str(restarts), "--restart-backoff", f"{backoff:g}"]
+    request = RunRequest(config=str(snapshot), overrides=overrides, board=board, port=port, keep_board=keep_board,
+                         resume=True, max_restarts=restarts, restart_backoff_s=backoff, command=command,
+                         **{k: v for k, v in launch_options.items() if v is not None})
+    print(f"msmon: resuming {path}", file=sys.stderr, flush=True)
+    launch(request, dry_run=dry_run, plain=plain, framework_logs=framework_logs, report=report)

@@ -1,0 +1,58 @@
+"""`msmon status RUN`: one run now, rank by rank (last step, age, state) and, when it is stuck, which rank and how."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from msmon.cli.common import handle_errors, wide_console
+
+STATE_COLOURS = {"not responding": "bold red", "stopped": "bold red", "no heartbeat": "yellow", "failed": "red"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+
+
+@handle_errors
+def status(
+    run: Path = typer.Argument(..., help="A run directory (<save_dir>/<project>/<run>)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+) -> None:
+    """Show a run and each of its ranks: last step, seconds since it ended, state; why no step ends when stuck."""
+    from rich.markup import escape
+
+    from msmon.ops.runs import rank_status
+    from msmon.util.durations import format_duration
+
+    info, ranks = rank_status(run)
+    if json_out:
+        stuck = ranks.diagnosis
+        print(json.dumps({**info.to_json(), "idle_s": ranks.idle_s,
+                          "stuck": None if stuck is None else {"ranks": stuck.culprits, "why": stuck.lines}}, indent=2))
+        return
+    console = wide_console()
+    step = "-" if info.last_step is None else str(info.last_step)
+    console.print(f"{escape(info.project)}/{escape(info.run)}: {info.status}, step {step}, "
+                  f"{info.alert_count or 0} alert(s), {format_duration(info.duration_s)}")
+    if not ranks.states:
+        console.print("no rank heartbeats in heartbeats/ (each rank writes one while it trains; older runs have none)")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("rank", "last step", "age", "heartbeat", "state", "host", "pid"):
+        table.add_column(column, justify="right" if column in ("rank", "last step", "age", "heartbeat") else "left")
+    for state in ranks.states:
+        colour = STATE_COLOURS.get(state.state, "default")
+        table.add_row(
+            str(state.rank), str(state.ended or "-"), format_duration(state.age_s(ranks.now), fine=True),
+            format_duration(state.alive_age_s, fine=True), f"[{colour}]{escape(state.state)}[/]",
+            escape(str(state.host or "-")), str(state.pid or "-"),
+        )
+    console.print(table)
+    if ranks.diagnosis is not None:
+        console.print(f"no step has ended for {format_duration(ranks.idle_s, fine=True)}:")
+        for line in ranks.diagnosis.lines:
+            console.print(f"  {escape(line)}")

@@ -1,0 +1,140 @@
+"""The ``monitor_config.health`` section: one small settings class per detector, each value with its range."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from msmon.config.fields import doc
+
+Action = Literal["log", "alert", "stop"]
+ACTION_DOC = "log (alerts.jsonl and msmon.log only), alert (every sink), or stop (alert, then a graceful stop: exit 4)"
+
+
+@dataclass(frozen=True)
+class NonFiniteSettings:
+    enabled: bool = doc(True, "alert the moment loss or grad_norm is NaN or Inf (grad_norm ignored on overflow steps)")
+    action: Action = doc("alert", ACTION_DOC)
+
+
+@dataclass(frozen=True)
+class LossSpikeSettings:
+    enabled: bool = doc(True, "detect loss spikes against the recent level; spiking values never enter it")
+    action: Action = doc("alert", ACTION_DOC)
+    warmup: int = doc(10, "logged steps that fill the baseline before the detector may fire", at_least=3)
+    level_window: int = doc(5, "recent logged steps whose median is the loss level (short: the loss falls)", at_least=1)
+    window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (trend-free)", at_least=3)
+    ratio: float = doc(1.5, "a spike needs loss above ratio x the level ...", above=1.0)
+    z_score: float = doc(4.0, "... and (loss - level) above this many noise sigmas ...", above=0.0)
+    patience: int = doc(2, "... on this many consecutive logs ...", at_least=1)
+    span_steps: int = doc(2, "... spanning at least this many steps (so 3 logs at log_interval 1)", at_least=0)
+
+
+@dataclass(frozen=True)
+class GradExplosionSettings:
+    enabled: bool = doc(True, "detect sustained exponential grad_norm growth against the run's own low")
+    action: Action = doc("alert", ACTION_DOC)
+    settle_steps: int = doc(
+        50, "training steps after the LR warm-up (grad norms rise early) before the baseline forms", at_least=0
+    )
+    window_steps: int = doc(60, "training steps over which the growth of log(grad_norm) is fitted", at_least=1)
+    min_points: int = doc(
+        9, "logged values in a fit: the window widens to this many logs at a sparse log_interval", at_least=3
+    )
+    growth_per_step: float = doc(0.005, "minimum fitted growth per training step (0.005 = 0.5%/step) ...", above=0.0)
+    t_stat: float = doc(3.0, "... with a fit this many standard errors above zero ...", at_least=0.0)
+    ratio: float = doc(
+        1.5, "... and grad_norm above ratio x the lowest rolling median since the baseline formed ...", at_least=1.0
+    )
+    patience: int = doc(2, "... on this many consecutive logs", at_least=1)
+    level_ratio: float = doc(
+        3.0, "or: median of the last 5 logs above this x the low, with a robust upward trend", above=1.0
+    )
+    absolute_threshold: float | None = doc(
+        None, "alert when grad_norm >= this value (default: mindformers' global_norm_spike_threshold when set)",
+        above=0.0,
+    )
+
+
+@dataclass(frozen=True)
+class DeadSeriesSettings:
+    enabled: bool = doc(True, "detect grad_norm exactly 0 and tracked metrics exactly constant")
+    action: Action = doc("alert", ACTION_DOC)
+    metrics: list[str] = doc(["loss", "grad_norm"], "metrics that must never stay exactly constant")
+    window: int = doc(5, "logged steps a metric must stay exactly constant", at_least=2)
+    zero_patience: int = doc(2, "consecutive logs of grad_norm exactly 0", at_least=1)
+
+
+@dataclass(frozen=True)
+class LearningRateSettings:
+    enabled: bool = doc(True, "check the learning rate is finite, non-negative, and follows its schedule")
+    action: Action = doc("alert", ACTION_DOC)
+    peak: float | None = doc(None, "peak learning rate (default: lr_schedule.learning_rate)", "MS804", above=0.0)
+    warmup_steps: int | None = doc(
+        None, "warm-up steps (default: lr_schedule warmup_steps or warmup_ratio)", at_least=0
+    )
+    constant_window: int = doc(10, "logged steps of exactly constant LR that count as a frozen schedule", at_least=2)
+    zero_grace_steps: int = doc(10, "LR exactly 0 this many steps after the warm-up is a fault", at_least=0)
+    tolerance: float = doc(1e-3, "relative tolerance of the peak check (float32 rounding)", at_least=0.0)
+
+
+@dataclass(frozen=True)
+class ThroughputDropSettings:
+    enabled: bool = doc(True, "detect throughput that stays below a fraction of its rolling median")
+    action: Action = doc("alert", ACTION_DOC)
+    fraction: float = doc(
+        0.7, "slow = the median of the last `patience` logs below fraction x the baseline median",
+        above=0.0, at_most=1.0,
+    )
+    window: int = doc(50, "logged steps in the baseline median", at_least=1)
+    warmup: int = doc(5, "logged values (after the first, which holds compilation) before it may fire", at_least=1)
+    patience: int = doc(5, "logged steps whose median must be slow", at_least=1)
+    min_steps: int = doc(
+        150, "training steps the slowness must last (a burst of a neighbour on the host is no alert)", at_least=0
+    )
+
+
+@dataclass(frozen=True)
+class StallSettings:
+    enabled: bool = doc(True, "watchdog thread: alert when no step has ended for the timeout (a hang)")
+    action: Action = doc("alert", ACTION_DOC)
+    timeout_s: float | None = doc(None, "seconds without a step end; default calibrates from step times", above=0.0)
+    factor: float = doc(10.0, "calibrated timeout = factor x the slowest recent step ...", at_least=1.0)
+    floor_s: float = doc(60.0, "... but never less than this many seconds", above=0.0)
+    recent: int = doc(
+        50, "step times the calibration looks back on (the first step, compilation, never counts)", at_least=1
+    )
+    first_step_timeout_s: float = doc(
+        3600.0, "timeout before the first step has ended (model build, compilation); timeout_s does not apply then",
+        above=0.0,
+    )
+    slow_step_timeout_s: float = doc(
+        1800.0, "timeout at the steps that save a checkpoint (CheckpointMonitor) or evaluate (do_eval): slow, not hung",
+        at_least=0.0,
+    )
+    poll_s: float = doc(0.5, "how often the watchdog looks", at_least=0.05)
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    webhook_url: str | None = doc(None, "HTTP(S) URL that receives each alert as a JSON POST (its own thread)", "MS802")
+    webhook_timeout_s: float = doc(5.0, "timeout of one webhook POST", above=0.0)
+    command: list[str] | None = doc(None, "argv run for each alert (own thread); the alert JSON is on stdin", "MS803")
+    command_timeout_s: float = doc(30.0, "the command hook is killed after this many seconds", above=0.0)
+    queue_size: int = doc(100, "alerts waiting for the webhook or the command; beyond it they are dropped", at_least=1)
+    rate_limit_s: float = doc(
+        300.0, "minimum seconds between two alerts of one detector (critical beats warning)", at_least=0.0
+    )
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    enabled: bool = doc(True, "run the health detectors and the stall watchdog")
+    nonfinite: NonFiniteSettings = field(default_factory=NonFiniteSettings)
+    loss_spike: LossSpikeSettings = field(default_factory=LossSpikeSettings)
+    grad_explosion: GradExplosionSettings = field(default_factory=GradExplosionSettings)
+    dead_series: DeadSeriesSettings = field(default_factory=DeadSeriesSettings)
+    learning_rate: LearningRateSettings = field(default_factory=LearningRateSettings)
+    throughput_drop: ThroughputDropSettings = field(default_factory=ThroughputDropSettings)
+    stall: StallSettings = field(default_factory=StallSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)

@@ -1,0 +1,219 @@
+"""One backend on its own worker thread: a bounded queue, every call isolated, retries and disabling.
+
+A backend that raises gets one warning; network backends are retried with backoff, others are disabled
+after repeated failures. Nothing raised by a backend ever reaches the training thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from msmon.engine.backends.base import Backend
+from msmon.engine.drop_queue import DropQueue
+from msmon.errors import describe
+
+logger = logging.getLogger("msmon")
+
+MAX_FAILURES = 3  # consecutive failures before a local backend is disabled
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class BackendStats:
+    """What happened to one backend during the run."""
+
+    name: str
+    status: str = "pending"  # pending, ok, failing, retrying (network), disabled, suspended, failed_to_close
+    written: int = 0
+    dropped: int = 0  # records pushed out of its full queue
+    lost: int = 0  # records given up after a failure, on disable or on suspension
+    failures: int = 0
+    reason: str | None = None
+
+
+class BackendRunner:
+    """One backend on its own thread with its own bounded queue; every call isolated."""
+
+    def __init__(self, backend: Backend, queue_size: int) -> None:
+        self.backend = backend
+        self.stats = BackendStats(backend.name)
+        self._queue = DropQueue(queue_size)
+        self._flush_interval = backend.flush_interval_s
+        self._opened = False
+        self._warned = False
+        self._consecutive = 0
+        self._retry_at = 0.0
+        self._next_write = 0.0
+        self._write_interval = backend.write_interval_s
+        self._closing: str | None = None
+        self._suspend: str | None = None
+        self._dirty = False
+        self._error: BaseException | None = None  # what the last failing call raised
+        self._ignored = 0  # records that arrived after the backend was turned off (counted lost at the end)
+        self._last_flush = time.monotonic()
+        self.on_failure: Callable[[BackendRunner, BaseException], None] | None = None
+        self._thread = threading.Thread(target=self._run, name=f"msmon-{backend.name}", daemon=True)
+
+    @property
+    def dropped(self) -> int:
+        """Records pushed out of this backend's full queue so far."""
+        return self._queue.dropped
+
+    @property
+    def active(self) -> bool:
+        return self.stats.status not in ("disabled", "suspended")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, item: tuple[str, dict[str, Any]]) -> None:
+        """Queue ("record", record) or ("alert", alert)."""
+        self.put_many([item])
+
+    def put_many(self, items: list[tuple[str, dict[str, Any]]]) -> None:
+        """Queue items; once the backend is off (disabled, suspended) its records are counted lost."""
+        if not self.active:
+            self._ignored += sum(1 for kind, _ in items if kind == "record")  # the dispatcher's own counter
+        elif items:
+            self._queue.put_many(items)
+
+    def suspend(self, reason: str) -> None:
+        """Stop writing (disk guard): what was written is flushed and closed, later records ignored."""
+        self._suspend = reason
+        self._queue.wake()
+
+    def close(self, status: str) -> None:
+        """Ask the worker to write what is queued, flush and close (see ``join``)."""
+        self._closing = status
+        self._queue.wake()
+
+    def join(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        self.stats.lost += self._ignored
+        self._ignored = 0
+        if self._thread.is_alive():
+            self.stats.status = "failed_to_close"
+            self.stats.lost += len(self._queue)
+            return False
+        return True
+
+    # -- worker thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._queue.wait(0.5)
+            if self._suspend is not None and self.active:
+                self._stop_writing("suspended", self._suspend)
+            closing = self._closing is not None
+            now = time.monotonic()
+            if self.active and (closing or (now >= self._retry_at and now >= self._next_write)):
+                self._cycle(final=closing)
+            if closing:
+                break
+        if self._opened:
+            self._call("close", self._closing or "completed")
+        self.stats.lost += sum(1 for kind, _ in self._queue.drain() if kind == "record") + self.backend.records_lost
+        self.stats.dropped = self.dropped
+
+    def _cycle(self, final: bool) -> None:
+        if not self._opened:
+            if not self._call("open"):
+                return
+            self._opened = True
+            self.stats.status = "ok"
+        items = self._queue.drain()
+        start = 0
+        for index, (kind, payload) in enumerate([*items, ("end", None)]):
+            if kind == "record":
+                continue
+            if index > start and not self._write(items[start:index], items[index:]):
+                return
+            if kind == "alert":
+                self._call("write_alert", payload)
+            start = index + 1
+        if self._dirty and (final or time.monotonic() - self._last_flush >= self._flush_interval):
+            if self._call("flush"):
+                self._dirty = False
+                self._last_flush = time.monotonic()
+
+    def _write(self, chunk: list[Any], rest: list[Any]) -> bool:
+        """Write the records of ``chunk``; on failure keep what can be retried and count the rest lost."""
+        batch = [payload for _, payload in chunk]
+        self._next_write = time.monotonic() + self._write_interval
+        if self._call("write", batch):
+            self.stats.written += len(batch)
+            self._dirty = True
+            return True
+        done = getattr(self._error, "written", 0)  # a PartialWrite stored the first records
+        if done:
+            self.stats.written += done
+            self._dirty = True
+            chunk, batch = chunk[done:], batch[done:]
+        if self.backend.network and self.active:
+            self._queue.put_front([*chunk, *rest])  # retried after the backoff
+            return False
+        self.stats.lost += len(batch)
+        if self.active:
+            self._queue.put_front(rest)
+        else:
+            self.stats.lost += sum(1 for kind, _ in rest if kind == "record")
+        return False
+
+    def _call(self, method: str, *args: Any) -> bool:
+        self._error = None
+        try:
+            getattr(self.backend, method)(*args)
+        except Exception as exc:  # isolation is the point
+            self._error = exc
+            self._failed(method, exc)
+            return False
+        if method in ("open", "write"):  # only storing records again proves a recovery (an fsync may still pass)
+            if self._consecutive and self.stats.status in ("retrying", "failing"):
+                logger.info("msmon: backend '%s' works again", self.backend.name)
+                self.stats.status = "ok"
+            self._consecutive = 0
+        return True
+
+    def _failed(self, method: str, exc: BaseException) -> None:
+        name = self.backend.name
+        reason = f"{method} failed: {describe(exc)}"
+        self.stats.failures += 1
+        self.stats.reason = reason
+        self._consecutive += 1
+        if self.on_failure is not None:
+            try:
+                self.on_failure(self, exc)
+            except Exception:
+                logger.debug("msmon: failure hook of '%s' failed", name)
+        if not self._warned:
+            self._warned = True
+            then = (
+                "retrying with backoff" if self.backend.network else f"disabled after {MAX_FAILURES} failures in a row"
+            )
+            logger.warning("msmon: backend '%s' %s (%s; training continues)", name, reason, then)
+        else:
+            logger.debug("msmon: backend '%s' %s", name, reason)
+        if method == "close":
+            return
+        if self.backend.network:
+            self.stats.status = "retrying"
+            self._retry_at = time.monotonic() + min(MAX_BACKOFF_S, 2.0 ** (self._consecutive - 1))
+        elif self._consecutive >= MAX_FAILURES:
+            self._stop_writing("disabled", reason)
+        else:
+            self.stats.status = "failing"
+            self._retry_at = time.monotonic() + 0.5 * self._consecutive
+
+    def _stop_writing(self, status: str, reason: str) -> None:
+        self.stats.status = status
+        self.stats.reason = reason
+        self.stats.lost += self._queue.clear()
+        if self._opened:
+            self._opened = False
+            self._call("close", status)
+        if status == "disabled":
+            logger.info("msmon: backend '%s' is disabled for the rest of the run (%s)", self.backend.name, reason)

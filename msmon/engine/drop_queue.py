@@ -1,0 +1,66 @@
+"""A bounded FIFO that drops its oldest item when full, counts the drops, and never blocks the producer."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+
+class DropQueue:
+    """A bounded FIFO that drops its oldest item when full and counts the drops."""
+
+    def __init__(self, maxsize: int, notify: bool = True) -> None:
+        self.maxsize = max(1, maxsize)
+        self.notify = notify  # False: the consumer polls, ``put`` never wakes a thread
+        self.dropped = 0
+        self._items: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+
+    def put(self, item: Any) -> None:
+        self.put_many((item,))
+
+    def put_many(self, items: Sequence[Any]) -> None:
+        """Append several items under one lock and one wake-up."""
+        with self._lock:
+            for item in items:
+                if len(self._items) >= self.maxsize:
+                    self._items.popleft()
+                    self.dropped += 1
+                self._items.append(item)
+        if self.notify:
+            self._ready.set()
+
+    def put_front(self, items: list[Any]) -> None:
+        """Put items back at the head (a failed batch to retry), keeping the bound."""
+        with self._lock:
+            for item in reversed(items):
+                if len(self._items) >= self.maxsize:
+                    self.dropped += 1
+                    continue
+                self._items.appendleft(item)
+
+    def drain(self) -> list[Any]:
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def clear(self) -> int:
+        """Drop everything queued; return how many items were dropped."""
+        with self._lock:
+            count = len(self._items)
+            self._items.clear()
+        return count
+
+    def wait(self, timeout: float) -> None:
+        self._ready.wait(timeout)
+        self._ready.clear()
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,110 @@
+"""``heartbeats/rank_N.json``: one rank's liveness, rewritten every second by its own thread.
+
+It says which step the rank began last and when, which step it ended last and when, and ``alive`` (unix time),
+refreshed by this thread whatever the training thread does: a watcher tells a rank that waits in a step (alive,
+in the step) from a frozen one (``alive`` stops). It also keeps the rank's last logged loss / grad_norm /
+overflow and the first record of its latest non-finite episode (the step a divergence began, even when the
+parent reads the file only later; a session listener, on the writer thread): the ``msmon run`` parent judges
+them with the non-finite detector (docs/health.md, "Distributed runs"). The training thread writes nothing
+here; a write costs this thread about 0.1 ms a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from msmon import layout
+from msmon.engine.record import StepProgress
+from msmon.errors import describe
+from msmon.util.atomic import atomic_write_json
+
+logger = logging.getLogger("msmon")
+
+HEARTBEAT_S = 1.0  # how often the file is rewritten
+VALUE_KEYS = ("step", "time", "loss", "grad_norm", "overflow", "loss_mean")
+CHECKED = ("loss", "grad_norm", "loss_mean")  # a non-finite one of these makes a record worth keeping
+
+
+def _nonfinite(record: dict[str, Any]) -> bool:
+    """A NaN/Inf the ``nonfinite`` detector counts (a grad norm alone on an overflow step does not)."""
+    bad = {key for key in CHECKED if isinstance(record.get(key), float) and not math.isfinite(record[key])}
+    return bool(bad) and not (bad == {"grad_norm"} and record.get("overflow"))
+
+
+class RankHeartbeat:
+    """The heartbeat file of one rank: ``start()``, ``on_record`` (listener), ``stop(state)``."""
+
+    def __init__(self, run_dir: Path, progress: StepProgress, rank: int, *, log_interval: int = 1,
+                 interval_s: float = HEARTBEAT_S) -> None:
+        self.path = layout.rank_heartbeat(Path(run_dir), rank)
+        self._progress = progress
+        self._rank = rank
+        self._log_interval = log_interval
+        self._interval = interval_s
+        self._host = socket.gethostname()
+        self._logged: dict[str, Any] | None = None
+        self._nonfinite: dict[str, Any] | None = None
+        self._diverged = False  # the last logged record was non-finite
+        self._state = "starting"
+        self._warned = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="msmon-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self.write()
+        self._thread.start()
+
+    def stop(self, state: str) -> None:
+        """The last write: ``state`` says how the rank ended (``completed``, ``failed``, ``interrupted``, ...)."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(2 * self._interval)
+        self._state = state
+        self.write()
+
+    # -- session listener (writer thread) ---------------------------------------------------------
+    def on_record(self, record: dict[str, Any]) -> None:
+        values = {key: record[key] for key in VALUE_KEYS if key in record}
+        self._logged = values
+        bad = _nonfinite(values)
+        if bad and not self._diverged:
+            self._nonfinite = values
+        self._diverged = bad
+
+    def close(self) -> None:
+        """Listener close: the session stops the heartbeat itself, after the writer."""
+
+    # -- the heartbeat thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.write()
+
+    def snapshot(self) -> dict[str, Any]:
+        p = self._progress
+        state = self._state if self._state != "starting" or not p.begun_step else "training"
+        return {
+            "rank": self._rank, "pid": os.getpid(), "host": self._host, "thread": p.training_thread,
+            "state": state, "alive": time.time(),
+            "begun": p.begun_step, "begun_time": p.wall(p.begun_monotonic) if p.begun_step else None,
+            "ended": p.last_step, "ended_time": p.last_end_wall, "total_steps": p.total_steps,
+            "step_seconds": [round(s, 6) for s in p.steady_step_seconds(self._log_interval)],
+            "logged": self._logged, "nonfinite": self._nonfinite,
+        }
+
+    def write(self) -> None:
+        with self._lock:  # the thread and the last write at stop never interleave
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_json(self.path, self.snapshot(), fsync=False)
+            except OSError as exc:  # a monitor never breaks training
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("msmon: cannot write %s: %s (training continues)", self.path, describe(exc))

@@ -1,0 +1,34 @@
+"""Wrapping a mindformers module function that msmon taps, once per process, where msmon.compat names it."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from msmon.compat import known
+from msmon.errors import MsmonError
+
+logger = logging.getLogger("msmon")
+
+
+def entry_for(table: Mapping[str, Any], version: str | None, what: str, without: str) -> Any | None:
+    """``table``'s entry for this mindformers ``version``, or None after one warning: ``what`` is unknown there and
+    ``without`` says what happens instead."""
+    try:
+        return known(table, version, what)
+    except MsmonError as exc:
+        logger.warning("msmon: %s; %s", exc.message, without)
+        return None
+
+
+def wrap_once(module_name: str, attribute: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace ``module_name.attribute`` by ``wrap(original)``; a second call leaves the wrapper as it is."""
+    module = importlib.import_module(module_name)
+    original = getattr(module, attribute)
+    if getattr(original, "msmon_wrapped", False):
+        return
+    wrapper = wrap(original)
+    wrapper.msmon_wrapped = True  # type: ignore[attr-defined]
+    setattr(module, attribute, wrapper)

@@ -1,0 +1,71 @@
+"""The run directory's layout: the name of every file msmon writes or reads in ``<save_dir>/<project>/<run>/``.
+
+Paths are relative to the run directory (``run_dir / layout.METRICS``); docs/architecture.md describes each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RUN_JSON = "run.json"
+CONFIG_SNAPSHOT = "config.yaml"
+RESOLVED_MONITOR = "monitor_config.resolved.yaml"
+METRICS = "metrics.jsonl"
+METRICS_CSV = "metrics.csv"
+ALERTS = "alerts.jsonl"
+HEARTBEAT = "heartbeat.json"
+HEARTBEATS = "heartbeats"  # each rank's liveness: heartbeats/rank_N.json
+STACKS = "stacks"  # each rank's Python stacks, captured when the run stalls: stacks/rank_N.txt
+REPORT = "report.html"
+LOGS = "logs"
+MSMON_LOG = f"{LOGS}/msmon.log"
+CONSOLE_LOG = f"{LOGS}/console.log"  # the training's terminal output while the live panel showed
+FRAMEWORK_OUTPUT = f"{LOGS}/output"  # mindformers' output_dir and ./output/log
+CHECKPOINTS = f"{FRAMEWORK_OUTPUT}/checkpoint"  # mindformers' CheckpointMonitor: rank_N/<prefix>_rank_N-E_S.ckpt
+RESUME_LINKS = f"{LOGS}/resume"  # what load_checkpoint points at when one process resumes from safetensors
+MLFLOW_RUN = "mlflow_run.json"  # the MLflow run this run writes to (every attempt continues it)
+RANK_LOGS = f"{LOGS}/ranks"  # msrun's scheduler.log and worker_N.log
+GRAPHS = f"{LOGS}/graphs"  # MindSpore's saved graphs (save_graphs); a failed compile's IR: logs/rank_N/om/
+RESULT_GLOB = "rank_*.result.json"
+CONTEXT_DIR = "context"  # the flight recorder's per-step window before each alert
+RESERVE = ".msmon-reserve"  # disk space held for the final run.json (released at the end)
+
+#: Files whose presence makes a directory a run directory.
+MARKERS: tuple[str, ...] = (RUN_JSON, HEARTBEAT, METRICS)
+
+
+def superseded(name: str, attempt: int) -> str:
+    """Where the records of ``name`` (metrics.jsonl, metrics.csv, alerts.jsonl) that ``attempt`` or an earlier one
+    wrote after the step the next attempt resumed from are kept: ``metrics.attempt-1.jsonl``."""
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}.attempt-{attempt}{dot}{suffix}"
+
+
+def rank_log(run_dir: Path, rank: int) -> Path:
+    """msmon's log of one rank (rank 0: ``logs/msmon.log``)."""
+    return run_dir / (MSMON_LOG if rank == 0 else f"{LOGS}/msmon.rank_{rank}.log")
+
+
+def scheduler_log(run_dir: Path, node_rank: int | None) -> Path:
+    """msmon's log of msrun's scheduler process (it runs the worker command too, without training)."""
+    return run_dir / LOGS / (f"msmon.scheduler.node_{node_rank}.log" if node_rank else "msmon.scheduler.log")
+
+
+def rank_result(run_dir: Path, rank: int) -> Path:
+    """The end status one rank leaves for the parent ``msmon run``."""
+    return run_dir / LOGS / f"rank_{rank}.result.json"
+
+
+def alert_context(step: int, detector: str) -> str:
+    """The flight recorder's file for one alert, relative to the run directory (the alert's ``context_file``)."""
+    return f"{CONTEXT_DIR}/step_{step}_{detector}.jsonl"
+
+
+def rank_heartbeat(run_dir: Path, rank: int) -> Path:
+    """One rank's liveness file, rewritten every second by that rank."""
+    return run_dir / HEARTBEATS / f"rank_{rank}.json"
+
+
+def rank_stacks(run_dir: Path, rank: int) -> Path:
+    """Where one rank writes its Python stacks when ``msmon run`` asks (a stall)."""
+    return run_dir / STACKS / f"rank_{rank}.txt"

@@ -1,0 +1,215 @@
+"""Every rank of a run from its heartbeat (``heartbeats/rank_N.json``): the per-rank table of ``msmon status`` and
+``msmon runs``, and which ranks hold a stalled run up and how (the stall alert of ``msmon run``)."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msmon import layout
+from msmon.util import procs
+from msmon.util.durations import format_duration
+from msmon.util.jsonfiles import read_json_object
+from msmon.util.numbers import as_number
+
+UNRESPONSIVE_S = 10.0  # a rank rewrites its heartbeat every second: one this old means a stopped or frozen process
+LIVE = ("starting", "training")
+MAX_LISTED = 8  # ranks named in one line; the rest are counted
+
+
+@dataclass
+class RankState:
+    """One rank as its heartbeat shows it."""
+
+    rank: int
+    state: str  # starting, in step N, after step N, not responding, stopped, or how the rank ended (completed, ...)
+    begun: int = 0
+    ended: int = 0
+    begun_time: float | None = None
+    ended_time: float | None = None
+    alive_age_s: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    beat: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def responsive(self) -> bool:
+        return self.state not in ("not responding", "stopped", "no heartbeat")
+
+    def age_s(self, now: float) -> float | None:
+        """Seconds since the rank's last step ended (since its last heartbeat before the first step)."""
+        if self.ended_time is not None:
+            return now - self.ended_time
+        return self.alive_age_s
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {"rank": self.rank, "state": self.state, "last_step": self.ended or None, "begun": self.begun or None,
+                "age_s": self.age_s(now), "heartbeat_age_s": self.alive_age_s, "host": self.host, "pid": self.pid}
+
+
+def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """rank -> its heartbeat, for every readable ``heartbeats/rank_N.json`` (a half-written one is skipped)."""
+    found: dict[int, dict[str, Any]] = {}
+    for path in (Path(run_dir) / layout.HEARTBEATS).glob("rank_*.json"):
+        match = re.fullmatch(r"rank_(\d+)\.json", path.name)
+        if match is None:
+            continue
+        try:
+            found[int(match.group(1))] = read_json_object(path)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def rank_state(rank: int, beat: dict[str, Any], now: float, stopped: bool = False) -> RankState:
+    """The state of one rank (``stopped``: its process is known to be stopped, e.g. by SIGSTOP)."""
+    alive = as_number(beat.get("alive"))
+    state = RankState(rank, "", _int(beat.get("begun")), _int(beat.get("ended")), as_number(beat.get("begun_time")),
+                      as_number(beat.get("ended_time")), None if alive is None else now - alive,
+                      beat.get("host"), beat.get("pid"), beat)
+    recorded = beat.get("state")
+    if recorded not in LIVE and isinstance(recorded, str):
+        state.state = recorded
+    elif stopped:
+        state.state = "stopped"
+    elif state.alive_age_s is None or state.alive_age_s > UNRESPONSIVE_S:
+        state.state = "not responding"
+    elif not state.begun:
+        state.state = "starting"
+    else:
+        state.state = f"in step {state.begun}" if state.begun > state.ended else f"after step {state.ended}"
+    return state
+
+
+def rank_states(beats: dict[int, dict[str, Any]], now: float, *, world_size: int | None = None,
+                stopped: frozenset[int] = frozenset()) -> list[RankState]:
+    """Every rank in order; with ``world_size``, the ranks without a heartbeat too (state ``no heartbeat``)."""
+    ranks = sorted(set(beats) | set(range(world_size or 0)) | stopped)
+    return [rank_state(r, beats[r], now, r in stopped) if r in beats
+            else RankState(r, "stopped" if r in stopped else "no heartbeat") for r in ranks]
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """``rank 1``, ``ranks 1, 3``, ``ranks 0, 1, ... and 992 more``."""
+    shown = ", ".join(str(r) for r in ranks[:MAX_LISTED])
+    more = f" and {len(ranks) - MAX_LISTED} more" if len(ranks) > MAX_LISTED else ""
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}{more}"
+
+
+def _ago(seconds: float) -> str:
+    return format_duration(seconds, fine=True) + " ago"
+
+
+def sentence(ranks: list[int], kind: str, detail: str = "") -> str:
+    """One line of a diagnosis about ``ranks`` (``kind``: stopped, unresponsive, missing, not_begun, in_step,
+    same_place)."""
+    who, one = ranks_text(ranks), len(ranks) == 1
+    be, have = ("is", "has") if one else ("are", "have")
+    texts = {
+        "stopped": f"{who} {be} stopped (the process is stopped: SIGSTOP or a debugger)",
+        "unresponsive": f"{who} {be} not responding (process stopped or frozen: no heartbeat for {detail})",
+        "missing": f"{who} {have} no heartbeat (not started, or on a machine that does not share the run directory)",
+        "not_begun": f"{who} {have} not begun step {detail}",
+        "in_step": f"{who} {be} still in step {detail}",
+        "same_place": f"{who} {be} {detail}" if one else f"{who} {be} all {detail}, none ahead of the others: the "
+        "hang is in the same place on every rank (a collective, the device, or the same code on all ranks)",
+    }
+    return texts[kind]
+
+
+@dataclass
+class Diagnosis:
+    """Which ranks hold the run up (``culprits``) and one sentence per group of them (``how``: rank -> its line)."""
+
+    lines: list[str]
+    culprits: list[int]
+    how: dict[int, str]
+
+
+def diagnose(states: list[RankState], now: float) -> Diagnosis:
+    """Why no step ends: ranks that do not respond, ranks that have not begun the step the others began, ranks
+    still in a step the others ended; else every rank is in the same place (the step itself hangs)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for s in states:
+        kind = {"stopped": "stopped", "not responding": "unresponsive", "no heartbeat": "missing"}.get(s.state)
+        if kind is not None:
+            groups.setdefault((kind, ""), []).append(s.rank)
+    live = [s for s in states if s.responsive and s.beat.get("state") in LIVE]
+    top = max((s.begun for s in live), default=0)
+    for s in live:
+        if s.begun > s.ended:  # inside step s.begun: behind if another rank has ended it
+            done = [x.ended_time for x in live if x.ended >= s.begun and x.ended_time is not None]
+            if done:
+                detail = f"{s.begun} (others ended it {_ago(now - min(done))})"
+                groups.setdefault(("in_step", detail), []).append(s.rank)
+        elif s.begun < top:  # between steps while another rank began the next one
+            began = [x.begun_time for x in live if x.begun > s.begun and x.begun_time is not None]
+            if began:
+                detail = f"{s.begun + 1} (others began it {_ago(now - min(began))})"
+                groups.setdefault(("not_begun", detail), []).append(s.rank)
+    if not groups and live:
+        last = live[0].ended
+        where = f"in step {top}" if all(s.begun > s.ended for s in live) else f"between steps {last} and {last + 1}"
+        groups[("same_place", where)] = [s.rank for s in live]
+    lines, how = [], {}
+    ages = {s.rank: s.alive_age_s for s in states if s.alive_age_s is not None}
+    for (kind, detail), ranks in groups.items():
+        if kind == "unresponsive":
+            detail = format_duration(max((ages.get(r, math.inf) for r in ranks), default=None), fine=True)
+        line = sentence(ranks, kind, detail)
+        lines.append(line)
+        how.update(dict.fromkeys(ranks, line))
+    return Diagnosis(lines, sorted(how), how)
+
+
+def summary(states: list[RankState]) -> str:
+    """One cell for ``msmon runs``: ``2 ranks ok``, ``2 ranks completed``, or the ranks that do not respond."""
+    if not states:
+        return "-"
+    bad: dict[str, list[int]] = {}
+    for s in states:
+        if not s.responsive:
+            bad.setdefault(s.state, []).append(s.rank)
+    if bad:
+        return "; ".join(f"{ranks_text(ranks)} {state}" for state, ranks in bad.items())
+    ends = {"ok" if s.beat.get("state") in LIVE else s.state for s in states}
+    return f"{len(states)} rank{'s' if len(states) > 1 else ''} {ends.pop() if len(ends) == 1 else 'ok'}"
+
+
+def stopped_here(beats: dict[int, dict[str, Any]]) -> frozenset[int]:
+    """The ranks whose process runs on this machine and is stopped (SIGSTOP, a debugger)."""
+    return frozenset(rank for rank, beat in beats.items()
+                     if procs.on_this_host(beat.get("host")) and procs.is_stopped(beat.get("pid")))
+
+
+@dataclass
+class RankReport:
+    """Every rank of a run now, and, when no step has ended for ``idle_s`` > ``STILL_S``, why."""
+
+    states: list[RankState]
+    idle_s: float | None
+    diagnosis: Diagnosis | None
+    now: float
+
+
+STILL_S = 10.0  # msmon status explains a run whose ranks have not ended a step for this long
+
+
+def report(run_dir: Path, now: float | None = None) -> RankReport:
+    """The per-rank table of ``msmon status`` (heartbeats of another machine's ranks only on a shared run directory)."""
+    now = time.time() if now is None else now
+    beats = read_heartbeats(run_dir)
+    states = rank_states(beats, now, stopped=stopped_here(beats))
+    ends = [s.ended_time for s in states if s.ended_time is not None]
+    idle = now - max(ends) if ends else None
+    live = any(s.beat.get("state") in LIVE or not s.responsive for s in states)
+    stuck = live and idle is not None and idle > STILL_S
+    return RankReport(states, idle, diagnose(states, now) if stuck else None, now)

@@ -1,0 +1,88 @@
+"""The distributed flags of ``msmon run`` and the ``msrun`` command line they become."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from msmon import layout
+from msmon.errors import ExitCode, MsmonError
+
+WORKER_MODULE = "msmon.runner.worker"
+
+
+class LaunchFlags(Protocol):
+    """The distributed part of a run request."""
+
+    worker_num: int | None
+    local_worker_num: int | None
+    master_addr: str
+    master_port: int
+    node_rank: int | None
+
+
+def check_flags(flags: LaunchFlags) -> None:
+    """Usage errors of the distributed flags (exit 2)."""
+    if flags.worker_num is None:
+        extra = [flag for flag, value in (("--local-worker-num", flags.local_worker_num),
+                                          ("--node-rank", flags.node_rank)) if value is not None]
+        if extra:
+            raise MsmonError(f"{', '.join(extra)} needs --worker-num", "add --worker-num N", ExitCode.USAGE)
+        return
+    if flags.worker_num < 1:
+        raise MsmonError("--worker-num must be at least 1", "e.g. --worker-num 2", ExitCode.USAGE)
+    local = flags.local_worker_num or flags.worker_num
+    if not 1 <= local <= flags.worker_num:
+        raise MsmonError(
+            f"--local-worker-num {local} must be between 1 and --worker-num {flags.worker_num}",
+            "ranks on this machine <= ranks in total", ExitCode.USAGE,
+        )
+    if local < flags.worker_num and flags.node_rank is None:
+        raise MsmonError(
+            "a multi-machine run (--local-worker-num < --worker-num) needs --node-rank",
+            "give each machine its index: --node-rank 0 on the master, 1, 2, ... on the others", ExitCode.USAGE,
+        )
+
+
+def check_config(training: dict[str, Any], flags: LaunchFlags) -> None:
+    """The config must be a parallel one when it runs on more than one rank."""
+    n = flags.worker_num
+    if n and n > 1 and training.get("use_parallel") is not True:
+        raise MsmonError(
+            f"--worker-num {n} needs a parallel config, but use_parallel is not True",
+            f"for data parallelism add: use_parallel=True parallel_config.data_parallel={n} parallel.full_batch=False",
+        )
+
+
+def msrun_binary() -> list[str]:
+    """MindSpore's launcher: ``msrun`` beside this Python, on PATH, or its module."""
+    here = Path(sys.executable).parent / "msrun"
+    found = str(here) if here.exists() else shutil.which("msrun")
+    return [found] if found else [sys.executable, "-m", "mindspore.parallel.cluster.run"]
+
+
+def rank_logs(run_dir: Path, node_rank: int | None) -> Path:
+    """msrun's log directory on this machine: ``logs/ranks`` (node 0), ``logs/ranks/node_K`` (node K: msrun writes
+    its own ``scheduler.log`` there too, which must not replace node 0's in a shared run directory)."""
+    return run_dir / layout.RANK_LOGS / (f"node_{node_rank}" if node_rank else "")
+
+
+def worker_command(flags: LaunchFlags, run_dir: Path, tail_rank: int = 0) -> list[str]:
+    """The command that starts the training on this machine: the worker, or msrun starting the ranks (msrun
+    shows the log of ``tail_rank`` on the terminal: the rank that writes the metrics)."""
+    if not flags.worker_num:
+        return [sys.executable, "-m", WORKER_MODULE]
+    argv = msrun_binary() + [
+        f"--worker_num={flags.worker_num}",
+        f"--local_worker_num={flags.local_worker_num or flags.worker_num}",
+        f"--master_addr={flags.master_addr}",
+        f"--master_port={flags.master_port}",
+        f"--log_dir={rank_logs(run_dir, flags.node_rank)}",
+        "--join=True",
+        f"--tail_worker_log={tail_rank}",
+    ]
+    if flags.node_rank is not None:
+        argv.append(f"--node_rank={flags.node_rank}")
+    return argv + ["python", "-m", WORKER_MODULE]

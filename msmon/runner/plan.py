@@ -1,0 +1,158 @@
+"""What ``msmon run`` was asked for and the validated plan of the run (nothing is created here)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msmon import layout
+from msmon.compat import PipelineLayout, pipeline_layout
+from msmon.config.loader import LoadedConfig, load_config
+from msmon.config.schema import MonitorSettings
+from msmon.config.split import split_monitor_config
+from msmon.ops.board import board_argv
+from msmon.ops.doctor import require_runnable
+from msmon.runner import msrun
+from msmon.runner.checkpoints import ResumePoint
+from msmon.runner.resume import resume_point
+from msmon.validate.validator import ValidationResult, validate
+
+
+@dataclass
+class RunRequest:
+    """What the user asked ``msmon run`` for."""
+
+    config: str
+    overrides: list[str] = field(default_factory=list)
+    board: bool = False
+    port: int = 8080
+    keep_board: bool = False
+    resume: bool = False
+    worker_num: int | None = None
+    local_worker_num: int | None = None
+    master_addr: str = "127.0.0.1"
+    master_port: int = 8118
+    node_rank: int | None = None
+    max_restarts: int = 0
+    restart_backoff_s: float = 10.0
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+
+    @property
+    def joins_run(self) -> bool:
+        """A machine other than node 0 of a multi-machine run: node 0 creates the run directory."""
+        return self.node_rank not in (None, 0)
+
+    @property
+    def run_json(self) -> str:
+        return f"run.node{self.node_rank}.json" if self.joins_run else layout.RUN_JSON
+
+
+@dataclass
+class RunPlan:
+    """A validated run: everything decided, nothing created yet."""
+
+    request: RunRequest
+    loaded: LoadedConfig
+    result: ValidationResult
+    training: dict[str, Any]
+    run_dir: Path
+    cwd: Path
+    resume_point: ResumePoint | None = None  # --resume: the checkpoint the first attempt continues from
+
+    @property
+    def settings(self) -> MonitorSettings:
+        return self.result.settings
+
+    @property
+    def monitoring(self) -> bool:
+        return bool(self.settings.enable_monitor and self.settings.use_callback)
+
+    @property
+    def board_backend(self) -> str | None:
+        types = self.settings.monitor_type
+        return next((name for name in ("mindinsight", "tensorboard") if name in types), None)
+
+    @property
+    def pipeline(self) -> PipelineLayout:
+        """Which ranks hold the loss (pipeline stages) on the ranks of this run."""
+        return pipeline_layout(self.training, self.request.worker_num or 1)
+
+    @property
+    def writer_rank(self) -> int:
+        """The rank that writes the metrics: 0, or the first rank holding the loss under pipeline stages."""
+        return self.pipeline.loss_rank
+
+    def save_dir(self) -> Path:
+        path = Path(self.settings.save_dir).expanduser()
+        return path if path.is_absolute() else self.cwd / path
+
+    def board_dir(self) -> Path:
+        """What the board serves: MindInsight lists one directory level, so the project directory."""
+        return self.save_dir() / self.settings.project_name
+
+    def callback_order(self) -> list[str]:
+        """The training's callbacks in the order mindformers runs them (its own monitors first)."""
+        names = [str(cb.get("type", "?")) for cb in self.training.get("callbacks") or [] if isinstance(cb, dict)]
+        if self.monitoring:
+            names.append(f"msmon MonitorCallback (every {self.settings.log_interval} steps)")
+        return names
+
+    def board_command(self) -> list[str] | None:
+        """The board's command line, as the board manager runs it (None without --board)."""
+        backend = self.board_backend
+        if not self.request.board or backend is None:
+            return None
+        return board_argv(backend, self.board_dir(), self.request.port)
+
+    def worker_command(self) -> list[str]:
+        return msrun.worker_command(self.request, self.run_dir, self.writer_rank)
+
+    def describe(self) -> list[str]:
+        """The dry-run plan, one line per item."""
+        s, request, point = self.settings, self.request, self.resume_point
+        board = self.board_command()
+        return [
+            f"config:        {self.request.config}",
+            f"run directory: {self.run_dir}" + ("  (resume)" if self.request.resume else ""),
+            *([f"resume from:   step {point.step} ({point.path})"] if point else []),
+            "restarts:      " + (f"up to {request.max_restarts} (back-off from {request.restart_backoff_s:g} s)"
+                                 if request.max_restarts else "none"),
+            f"monitoring:    {'on' if s.enable_monitor else 'off'}"
+            + ("" if s.use_callback else " (use_callback false: no callback)"),
+            f"backends:      {', '.join(s.monitor_type) if self.monitoring else 'none'}",
+            f"metrics:       {', '.join(s.track_metrics)} every {s.log_interval} steps",
+            f"metrics from:  {self.pipeline.describe()}",
+            f"total steps:   {self.result.total_steps if self.result.total_steps is not None else 'unknown'}",
+            f"callbacks:     {' -> '.join(self.callback_order()) or 'none'}",
+            f"board:         {' '.join(board) if board else 'off'}",
+            f"launcher:      {' '.join(self.worker_command())}",
+            f"mindformers outputs: {self.run_dir / layout.FRAMEWORK_OUTPUT}",
+        ]
+
+
+def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfig, cwd: Path | None = None) -> RunPlan:
+    """The plan of a valid run (creates nothing)."""
+    cwd = (cwd or Path.cwd()).absolute()
+    training, _ = split_monitor_config(result.training)
+    if request.worker_num:
+        msrun.check_config(training, request)
+    save_dir = Path(result.settings.save_dir).expanduser()
+    run_dir = (save_dir if save_dir.is_absolute() else cwd / save_dir) / result.settings.project_name
+    return RunPlan(request, loaded, result, training, run_dir / str(result.settings.run_name), cwd)
+
+
+def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationResult, RunPlan | None]:
+    """Validate ``request``; the plan is None when the config has an error finding."""
+    msrun.check_flags(request)
+    require_runnable()  # msmon doctor's blocking checks (MindSpore and mindformers usable) before anything
+    loaded = load_config(request.config, request.overrides)
+    result = validate(loaded, resume=request.resume or request.joins_run, cwd=cwd)
+    if not result.valid:
+        return result, None
+    plan = make_plan(request, result, loaded, cwd)
+    if request.resume:
+        plan.resume_point = resume_point(plan.run_dir, training=plan.training, world_size=request.worker_num or 1,
+                                         joins_run=request.joins_run)
+    return result, plan

@@ -1,0 +1,179 @@
+"""The attempts of ``msmon run``: launch each one from its checkpoint, and restart a training that died.
+
+``--max-restarts N``: when the training process dies (an exception, a kill by the OOM killer, a rank that
+exits) after it trained at least one step, or the monitor stopped it for a hang (the ``stall`` detector with
+``action: stop``), msmon trains again from the latest complete checkpoint (from the start when there is none), after
+a back-off (``--restart-backoff`` seconds, doubled at each restart, at most 5 minutes), up to N times. Each restart
+is an attempt in run.json and one alert (``detector: restart``) in alerts.jsonl. Never after a failure before the
+first step (a configuration error), a user's Ctrl-C or SIGTERM, or another detector's stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msmon import layout
+from msmon.health import make_sinks
+from msmon.health.alert import Alert
+from msmon.health.monitor import stopping_detector
+from msmon.runner import attempts, results, runinfo
+from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, resume_overrides, training_layout
+from msmon.runner.results import RunResult
+from msmon.runner.training_process import TrainingProcess
+from msmon.util.attempt import Attempt
+from msmon.util.jsonfiles import read_json_object
+
+logger = logging.getLogger("msmon")
+
+BACKOFF_CAP_S = 300.0
+ALERT_CLOSE_S = 5.0  # a webhook or command hook gets this long for a restart alert
+POLL_S = 0.2
+RESTART_DETECTOR = "restart"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_restarts: int = 0
+    backoff_s: float = 10.0
+
+    def delay(self, restart: int) -> float:
+        """Seconds to wait before restart number ``restart`` (1-based): doubling, capped."""
+        return min(self.backoff_s * 2 ** max(restart - 1, 0), max(self.backoff_s, BACKOFF_CAP_S))
+
+
+def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
+    """Why an attempt that ended with ``result`` deserves a restart, or None (a signal is checked by the caller)."""
+    if result.status == "failed" and progressed:
+        return f"failed: {result.error}"
+    if result.status == "stopped_by_monitor" and stopping_detector(result.error) == "stall":
+        return f"was stopped by the monitor for a hang: {result.error}"
+    return None
+
+
+def last_step_seen(run_dir: Path, ranks: dict[int, dict[str, Any]], since: float) -> int | None:
+    """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else rank 0's heartbeat
+    (a killed process leaves no result)."""
+    steps = [r["last_step"] for r in ranks.values() if isinstance(r.get("last_step"), int)]
+    try:
+        beat = read_json_object(run_dir / layout.HEARTBEAT)
+        if float(beat.get("time") or 0) >= since and isinstance(beat.get("step"), int):
+            steps.append(beat["step"])
+    except (OSError, ValueError, TypeError):
+        pass
+    return max(steps) if steps else None
+
+
+class AttemptLoop:
+    """Runs the attempts of one ``Run`` (runner.supervise): its ``training`` is replaced at each attempt."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.plan = run.plan
+        self.run_dir: Path = run.plan.run_dir
+        self.policy = RestartPolicy(self.plan.request.max_restarts, self.plan.request.restart_backoff_s)
+        self.base_spec = dict(run.training.spec)
+        self.restarts = 0
+        self.entry: dict[str, Any] = {}
+        self.started = time.time()
+
+    def open(self, previous: dict[str, Any] | None) -> None:
+        """At the creation of the run: the attempts an earlier run.json of this directory lists, the run's layout,
+        and the first attempt of this ``msmon run`` (from ``plan.resume_point`` with --resume)."""
+        info = self.run.info
+        earlier = attempts.carried_over(previous)
+        if earlier and previous:
+            info.update(attempts=earlier, start_time=previous.get("start_time") or info["start_time"])
+        info["layout"] = training_layout(self.plan.training, self.plan.request.worker_num or 1)
+        point = self.plan.resume_point
+        self._begin(point, attempts.RESUME if point else attempts.START, supersede=point is not None)
+
+    def _begin(self, point: ResumePoint | None, reason: str, *, supersede: bool) -> None:
+        """Move the records after the resume step aside, add the attempt to run.json, prepare its process."""
+        step = point.step if point else None
+        if supersede and not self.plan.request.joins_run:  # node 0 owns the metrics of a multi-machine run
+            moved = attempts.supersede(self.run_dir, step or 0, len(self.run.info.get("attempts") or []))
+            if moved:
+                logger.info("msmon: %d records after step %s kept aside (superseded)", moved, step or 0)
+        if supersede:
+            self.run.restarted()  # the rank watcher forgets the earlier attempt's ranks
+        self.entry = attempts.begin(self.run.info, resumed_from=point.to_json() if point else None, reason=reason)
+        overrides = list(self.plan.request.overrides)
+        if point is not None:
+            overrides += resume_overrides(point, self.run_dir, self.plan.training)
+        # a restart without a checkpoint trains from step 0 again: the backends still continue from there
+        attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0)
+        spec = {**self.base_spec, "overrides": overrides, "env": attempt.env()}
+        self.run.training = TrainingProcess(self.plan.request, spec, self.run_dir)
+        self.started = time.time()
+
+    def _write(self) -> None:
+        try:
+            runinfo.write_run_info(self.run_dir, self.run.info, self.plan.request.run_json)
+        except OSError as exc:
+            logger.warning("msmon: cannot update %s: %s", layout.RUN_JSON, exc)
+
+    def run_all(self) -> RunResult:
+        """Train, and restart as the policy allows; the last attempt's result (its entry is closed by finish)."""
+        while True:
+            result = self.run.training.run(on_poll=self.run._react)
+            self.run._react()
+            result = self.run.judged(result)
+            ranks = results.read_results(self.run_dir)
+            last = last_step_seen(self.run_dir, ranks, self.started)
+            self.entry["last_step"] = last
+            start = self.entry.get("resumed_from_step") or 0
+            cause = restart_cause(result, progressed=last is not None and last > start)
+            if self.run.signal_received is not None or cause is None:
+                return result
+            if self.restarts >= self.policy.max_restarts:
+                if self.policy.max_restarts:
+                    logger.warning("msmon: the training %s; no restart left (%d used)", cause, self.restarts)
+                return result
+            self._end(result, ranks, last)
+            self.restarts += 1
+            point = latest_checkpoint(self.run_dir)
+            delay = self.policy.delay(self.restarts)
+            self._alert(cause, point, delay, last)
+            self._write()
+            if not self._wait(delay):
+                return RunResult("interrupted")
+            self._begin(point, attempts.RESTART, supersede=True)
+            self._write()
+
+    def _end(self, result: RunResult, ranks: dict[int, dict[str, Any]], last: int | None) -> None:
+        _, dropped, alerts = results.totals(ranks)
+        attempts.end(self.entry, status=result.status, exit_code=self.run.exit_code(result.status), last_step=last,
+                     alert_count=alerts, dropped_records=dropped, error=result.error,
+                     records_lost=results.backend_accounting(ranks)["records_lost"])
+
+    def _alert(self, cause: str, point: ResumePoint | None, delay: float, last: int | None) -> None:
+        """One restart alert: alerts.jsonl, the console, and the webhook / command hook when configured."""
+        step = point.step if point else 0
+        where = f"step {step} ({point.path})" if point else "the start (no complete checkpoint)"
+        message = (f"the training {cause}; restarting from {where} in {delay:g} s "
+                   f"(restart {self.restarts} of {self.policy.max_restarts})")
+        values = {"attempt": len(self.run.info.get("attempts") or []) + 1, "restart": self.restarts,
+                  "max_restarts": self.policy.max_restarts, "resumed_from_step": step,
+                  "checkpoint": str(point.path) if point else None, "last_step": last, "delay_s": delay}
+        alert = Alert(time.time(), step, RESTART_DETECTOR, "warning", message, values, "restart")
+        deadline = time.monotonic() + ALERT_CLOSE_S
+        for sink in make_sinks(self.plan.settings, self.run_dir, None):
+            try:
+                sink.handle(alert)
+                sink.close(deadline)
+            except Exception as exc:  # noqa: BLE001 - an alert sink never stops the restart
+                logger.warning("msmon: restart alert not delivered to %s: %s", type(sink).__name__, exc)
+
+    def _wait(self, delay: float) -> bool:
+        """The back-off; False when a signal arrived meanwhile (then there is no restart)."""
+        end = time.monotonic() + delay
+        while time.monotonic() < end:
+            self.run._react()
+            if self.run.signal_received is not None:
+                return False
+            time.sleep(min(POLL_S, max(end - time.monotonic(), 0.0)))
+        return True

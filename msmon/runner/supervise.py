@@ -1,0 +1,265 @@
+"""One executing ``msmon run``: the run directory, the training child, the board beside it, signals, run.json."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from msmon import layout
+from msmon.errors import ExitCode, describe
+from msmon.ops.backup import backup_config
+from msmon.runner import attempts, results, rundir, runinfo, stacks
+from msmon.runner.board_beside import BoardBeside
+from msmon.runner.plan import RunPlan
+from msmon.runner.rank_watch import RankWatcher
+from msmon.runner.restarts import AttemptLoop
+from msmon.runner.results import RunResult
+from msmon.runner.resume import recorded_info
+from msmon.runner.training_process import TrainingProcess
+from msmon.util import logs
+from msmon.util.files import SpaceReserve
+from msmon.util.mapping import dotted_get
+
+logger = logging.getLogger("msmon")
+
+EXIT_BY_STATUS = {
+    "completed": ExitCode.OK,
+    "failed": ExitCode.TRAINING_FAILED,
+    "stopped_by_monitor": ExitCode.STOPPED_BY_MONITOR,
+}
+EXIT_BY_SIGNAL: dict[int, ExitCode] = {
+    signal.SIGINT: ExitCode.INTERRUPTED_SIGINT, signal.SIGTERM: ExitCode.INTERRUPTED_SIGTERM,
+}
+HARD_DEADLINE_S = 30.0  # after a second signal msmon run ends within this, whatever hangs
+
+
+@dataclass
+class Outcome:
+    """How a run ended (the CLI turns it into the last lines and the exit code)."""
+
+    status: str
+    exit_code: int
+    run_dir: Path
+    error: str | None = None
+    last_step: int | None = None
+
+
+class Run:
+    """One executing run: owns the run directory, the training child, the board and the signals."""
+
+    def __init__(self, plan: RunPlan, say: Callable[[str], None], view: dict[str, Any] | None = None) -> None:
+        self.plan = plan
+        self.say = say
+        self.info: dict[str, Any] = {}
+        self.board = BoardBeside(plan, say)
+        spec = {
+            "config": str(Path(plan.request.config).absolute()),
+            "overrides": list(plan.request.overrides),
+            "run_name": plan.settings.run_name,
+            "run_dir": str(plan.run_dir),
+            "worker_num": plan.request.worker_num or 1,
+            "writer_rank": plan.writer_rank,
+            "node_rank": plan.request.node_rank,
+            **(view or {}),
+        }
+        self.training = TrainingProcess(plan.request, spec, plan.run_dir)
+        self.monitor_stop: str | None = None
+        self.watcher = RankWatcher(
+            plan.run_dir, plan.settings, plan.training, pipeline=plan.pipeline, writer_rank=plan.writer_rank,
+            node_rank=plan.request.node_rank, local_ranks=self._local_ranks, request_stop=self._stop_by_monitor,
+        )
+        self._watch_failed = False
+        self.attempts = AttemptLoop(self)  # replaces self.training at each attempt
+        self.signal_received: int | None = None
+        self.forced_by: str | None = None
+        self.reserve: SpaceReserve | None = None
+        self._signals: list[int] = []
+        self._handled = 0
+        self._forced = threading.Event()
+        self._log_handler: logging.Handler | None = None
+        self._done = False
+        self._previous: dict[int, Any] = {}
+
+    # -- setup ----------------------------------------------------------------------------------
+    def create(self) -> None:
+        """Run directory, logs, snapshot, backup, run.json ``running``."""
+        plan, run_dir = self.plan, self.plan.run_dir
+        new = rundir.create_run_dir(run_dir, resume=plan.request.resume or plan.request.joins_run)
+        self.reserve = SpaceReserve(run_dir / layout.RESERVE)
+        logs.tolerate_unwritable_log_files()
+        self._log_handler = logs.attach(logs.file_handler(run_dir / layout.MSMON_LOG))
+        previous = None if new or plan.request.joins_run else recorded_info(run_dir)
+        rundir.write_snapshot(
+            run_dir, plan.loaded.text or "", plan.result.monitor_config(), plan.loaded.section("monitor_config")
+        )
+        self._backup()
+        self.info = runinfo.start_info(
+            config_path=str(Path(plan.request.config).absolute()) if plan.loaded.path else None,
+            project_name=plan.settings.project_name, run_name=str(plan.settings.run_name), run_dir=run_dir,
+            command=plan.request.command,
+            device_target=str(dotted_get(plan.training, "context.device_target", "Ascend")),
+            device_count=plan.request.worker_num or 1, total_steps=plan.result.total_steps, cwd=plan.cwd,
+            pid=os.getpid(),
+        )
+        self.attempts.open(previous)
+        runinfo.write_run_info(run_dir, self.info, plan.request.run_json)
+        logger.info("msmon: run %s started in %s", plan.settings.run_name, run_dir)
+
+    def _backup(self) -> None:
+        snapshot = (self.plan.run_dir / layout.CONFIG_SNAPSHOT).resolve()
+        if self.plan.loaded.path is None or Path(self.plan.loaded.path).resolve() == snapshot:
+            return  # no file, or the run's own snapshot (msmon resume)
+        try:
+            copy = backup_config(self.plan.loaded.path, note=f"msmon run {self.plan.settings.run_name}")
+        except Exception as exc:  # a backup failure never blocks the run
+            logger.warning("msmon: config backup failed: %s", exc)
+        else:
+            logger.info("msmon: config backed up: %s", copy)
+
+    # -- signals --------------------------------------------------------------------------------
+    def install_signals(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def restore_signals(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        """Flags only (a handler that logs or waits can deadlock the process): the supervising loop reacts,
+        and a second signal starts the hard deadline."""
+        self._signals.append(signum)
+        if len(self._signals) == 2:
+            self._forced.set()
+
+    def _stop_by_monitor(self, reason: str) -> None:
+        """A rank watcher alert with ``action: stop``: every rank stops at its next step end."""
+        if self.monitor_stop is None:
+            self.monitor_stop = reason
+            logger.warning("msmon: stopping the run: %s", reason)
+            self.training.request_stop()
+
+    def _local_ranks(self) -> dict[int, Any]:
+        """The ranks of the current attempt's training process (each attempt has its own)."""
+        return self.training.ranks()
+
+    def judged(self, result: RunResult) -> RunResult:
+        """An attempt's result as the run sees it: ``stopped_by_monitor`` when the rank watcher stopped it."""
+        if self.monitor_stop is not None and result.status in ("interrupted", "completed"):
+            return RunResult("stopped_by_monitor", self.monitor_stop)
+        return result
+
+    def restarted(self) -> None:
+        """A new attempt begins: the rank watcher starts again and a stop it requested is spent."""
+        self.monitor_stop = None
+        self.watcher.restart(forget_heartbeats=not self.plan.request.joins_run)
+
+    def _watch(self) -> None:
+        """The rank watcher, which must never take the supervising loop down (its first failure is logged)."""
+        try:
+            self.watcher.poll()
+        except Exception as exc:
+            if not self._watch_failed:
+                self._watch_failed = True
+                logger.warning("msmon: the rank watcher failed: %s", describe(exc))
+
+    def _react(self) -> None:
+        """The supervising loop (main thread, every poll): act on new signals, watch the ranks, notice a board
+        that died."""
+        while self._handled < len(self._signals):
+            signum = self._signals[self._handled]
+            self._handled += 1
+            name = signal.Signals(signum).name
+            if self._handled == 1:
+                self.signal_received = signum
+                logger.warning("msmon: %s received: stopping at the end of the current step (again to force)", name)
+                self.training.request_stop()
+            elif self._handled == 2:
+                self.forced_by = name
+                logger.warning("msmon: second %s: the training flushes and exits now", name)
+                self.training.force_stop()
+        if self.signal_received is None:
+            self._watch()
+        self.board.check()
+
+    def _hard_deadline(self) -> None:
+        """After a second signal, the process ends within HARD_DEADLINE_S whatever hangs (never with 0)."""
+        self._forced.wait()
+        time.sleep(HARD_DEADLINE_S)
+        logger.error("msmon: still not finished %.0f s after the second signal: exiting now", HARD_DEADLINE_S)
+        os._exit(self.exit_code("interrupted"))
+
+    # -- training -------------------------------------------------------------------------------
+    def execute(self) -> Outcome:
+        """Train in the child (one worker, or the ranks through msrun) and account for the end of the run."""
+        if self.plan.request.board:
+            self.board.start()
+        threading.Thread(target=self._hard_deadline, name="msmon-hard-deadline", daemon=True).start()
+        self.install_signals()
+        try:
+            result: RunResult = self.attempts.run_all()
+            status, error = result.status, result.error
+            if self.signal_received is not None and status not in ("failed", "completed"):
+                status = "interrupted"
+            error = error if status != "interrupted" else None
+            if self.forced_by is not None and status == "interrupted":
+                error = f"forced by a second {self.forced_by}"
+            return self.finish(status, error=error)
+        finally:
+            self.restore_signals()
+
+    # -- the end --------------------------------------------------------------------------------
+    def exit_code(self, status: str) -> int:
+        if status == "interrupted":
+            return int(EXIT_BY_SIGNAL.get(self.signal_received or signal.SIGINT, ExitCode.INTERRUPTED_SIGINT))
+        return int(EXIT_BY_STATUS[status])
+
+    def finish(self, status: str, error: str | None = None) -> Outcome:
+        """Stop the board, write the final run.json (once; the space reserved at the start is released first,
+        so a full disk cannot stop it)."""
+        code = self.exit_code(status)
+        if self._done:
+            return Outcome(status, code, self.plan.run_dir, error)
+        self._done = True
+        ranks = results.read_results(self.plan.run_dir)
+        last_step, dropped, alerts = results.totals(ranks)
+        self.watcher.close()
+        alerts += self.watcher.alert_count
+        stacks.remove_unused(self.plan.run_dir, sorted(ranks))
+        self.board.stop()
+        self.info = runinfo.finish_info(
+            self.info, status=status, exit_code=code, last_step=last_step, dropped_records=dropped,
+            alert_count=alerts, error=error, accounting=results.backend_accounting(ranks),
+        )
+        self.info = attempts.finish(self.info)
+        if self.reserve is not None:
+            self.reserve.release()
+        try:
+            runinfo.write_run_info(self.plan.run_dir, self.info, self.plan.request.run_json)
+        except OSError as exc:
+            logger.error("msmon: cannot write %s: %s", self.plan.run_dir / self.plan.request.run_json, describe(exc))
+        logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, last_step)
+        if self._log_handler is not None:
+            logs.detach(self._log_handler)
+            self._log_handler = None
+        return Outcome(status, code, self.plan.run_dir, error, last_step)
+
+
+def run(plan: RunPlan, say: Callable[[str], None], view: dict[str, Any] | None = None) -> Outcome:
+    """Create the run directory and execute the plan; always ends with a final run.json.
+
+    ``view`` tells the training child how to show progress: ``{"live_view", "plain", "total_steps",
+    "framework_logs"}``.
+    """
+    current = Run(plan, say, view)
+    current.create()
+    say(f"run directory: {plan.run_dir}")
+    return current.execute()

@@ -1,0 +1,184 @@
+"""The training child of ``msmon run``: start it, wait for it, forward stop requests, leave no process behind.
+
+The training always runs in a child (``python -m msmon.runner.worker``) in its own session, so the
+``msmon run`` process never imports MindSpore: it sees the user's real signal (MindSpore turns SIGINT into
+SIGTERM inside a training process), forwards exactly one stop request per signal, and can always clean up.
+With ``--worker-num N`` the child is MindSpore's ``msrun``, which starts every rank (msmon's callback in
+each; rank 0 writes the metrics unless ``writer.per_rank``) and writes each rank's log to
+``<run dir>/logs/ranks/``. Every rank leaves ``logs/rank_<r>.result.json``; the parent writes ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from msmon import layout
+from msmon.runner import results
+from msmon.runner.msrun import WORKER_MODULE, LaunchFlags, rank_logs, worker_command
+from msmon.util.procs import alive
+
+logger = logging.getLogger("msmon")
+
+SPEC_ENV = "MSMON_WORKER_SPEC"
+STOP_GRACE_S = 60.0  # after a stop request the training is killed when it has not ended within this
+FORCE_GRACE_S = 10.0  # after a second signal (the ranks exit by themselves within 8 s) what is left is killed
+POLL_S = 0.2
+
+
+class TrainingProcess:
+    """Runs the training child in its own session; forwards stop requests to the worker processes."""
+
+    def __init__(self, flags: LaunchFlags, spec: dict[str, Any], run_dir: Path) -> None:
+        self.flags = flags
+        self.spec = spec
+        self.run_dir = run_dir
+        self.process: subprocess.Popen[bytes] | None = None
+        self.known: dict[int, psutil.Process] = {}
+        self.stop_requested_at: float | None = None
+
+    @property
+    def ranks_here(self) -> list[int]:
+        """The global ranks this machine runs (msrun numbers node K's ranks from K x its local ranks)."""
+        local = self.flags.local_worker_num or self.flags.worker_num or 1
+        first = (self.flags.node_rank or 0) * local if local < (self.flags.worker_num or 1) else 0
+        return list(range(first, first + local))
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.flags.worker_num)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env[SPEC_ENV] = json.dumps(self.spec)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["LOCAL_DEFAULT_PATH"] = str(self.run_dir / layout.FRAMEWORK_OUTPUT)
+        # MindSpore writes a failed compile's analyze_fail.ir under $MS_OM_PATH/rank_N/om and saved graphs under
+        # MS_DEV_SAVE_GRAPHS_PATH, both relative to the working directory by default: the run directory instead
+        env.setdefault("MS_OM_PATH", str(self.run_dir / layout.LOGS))
+        env.setdefault("MS_DEV_SAVE_GRAPHS_PATH", str(self.run_dir / layout.GRAPHS))
+        env.update(self.spec.get("env") or {})  # the attempt (msmon.util.attempt), set by runner.restarts
+        return env
+
+    def run(self, on_poll: Callable[[], None] = lambda: None) -> results.RunResult:
+        """Start the child, wait until it ends (or is killed after a stop request) and decide the status;
+        ``on_poll`` runs on every poll of the wait (the supervisor reacts to signals there)."""
+        argv = worker_command(self.flags, self.run_dir, int(self.spec.get("writer_rank") or 0))
+        if self.flags.node_rank in (None, 0):
+            results.clear_results(self.run_dir)
+        logger.info("msmon: launching %s", " ".join(argv))
+        self.process = subprocess.Popen(argv, env=self._env(), start_new_session=True)  # noqa: S603 - our argv
+        try:
+            self._wait(on_poll)
+        finally:
+            self._kill_leftovers()
+        where = rank_logs(self.run_dir, self.flags.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
+        return results.decide(
+            results.read_results(self.run_dir), returncode=self.process.returncode, ranks_here=self.ranks_here,
+            distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
+        )
+
+    def _wait(self, on_poll: Callable[[], None]) -> None:
+        while self.process is not None and self.process.poll() is None:
+            on_poll()
+            self._remember_children()
+            if self.distributed and self.stop_requested_at is None and self._monitor_stopped():
+                logger.warning("msmon: a rank was stopped by the monitor: stopping the other ranks")
+                self.request_stop()
+            if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_S:
+                logger.warning("msmon: the training did not stop within %.0f s: killing it", STOP_GRACE_S)
+                break
+            time.sleep(POLL_S)
+
+    def _monitor_stopped(self) -> bool:
+        return any(r.get("status") == "stopped_by_monitor" for r in results.read_results(self.run_dir).values())
+
+    def _remember_children(self) -> None:
+        if self.process is None:
+            return
+        try:
+            top = psutil.Process(self.process.pid)
+            family = [top, *top.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in family:
+            self.known.setdefault(proc.pid, proc)
+
+    def workers(self) -> list[psutil.Process]:
+        """The live training processes: the worker child, or msrun's ranks (not msrun, not its scheduler)."""
+        self._remember_children()
+        if not self.distributed:
+            return [p for p in self.known.values() if self.process and p.pid == self.process.pid and alive(p)]
+        found = []
+        for proc in self.known.values():
+            try:
+                if alive(proc) and WORKER_MODULE in proc.cmdline() and proc.environ().get("MS_ROLE") == "MS_WORKER":
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def ranks(self) -> dict[int, psutil.Process]:
+        """This machine's live training processes by global rank (``RANK_ID``, as msrun exported it)."""
+        if not self.distributed:
+            return dict(enumerate(self.workers()[:1]))
+        found = {}
+        for proc in self.workers():
+            try:
+                found[int(proc.environ().get("RANK_ID", ""))] = proc
+            except (psutil.Error, ValueError):
+                continue
+        return found
+
+    def _signal_workers(self) -> None:
+        """SIGTERM each rank, and SIGCONT to a stopped one (SIGSTOP, a debugger) so that it can act on it."""
+        for proc in self.workers():
+            try:
+                proc.send_signal(signal.SIGTERM)
+                if proc.status() == psutil.STATUS_STOPPED:
+                    proc.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                continue
+
+    def request_stop(self) -> None:
+        """Ask every rank to stop at its next step end (one SIGTERM each)."""
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
+        self._signal_workers()
+
+    def force_stop(self) -> None:
+        """Second signal: the ranks flush and exit now; whatever remains after a grace period is killed."""
+        self._signal_workers()
+        psutil.wait_procs(self.workers(), timeout=FORCE_GRACE_S)
+        self._kill_leftovers()
+
+    def _kill_leftovers(self) -> None:
+        """Kill the child's process group and every descendant seen (msrun's ranks run in their own sessions)."""
+        self._remember_children()
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        procs = [p for p in self.known.values() if alive(p)]
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
+        psutil.wait_procs(procs, timeout=5)
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass

@@ -1,0 +1,86 @@
+"""JSON files msmon reads: JSON Lines (metrics.jsonl, alerts.jsonl: whole or from the end, tolerating a run in
+progress) and single JSON objects (run.json, result and state files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAIL_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class JsonLines:
+    """The objects of a JSON Lines text and what could not be read.
+
+    ``bad`` holds (line number, reason) of complete lines that are not one JSON object; an unterminated
+    last line that does not parse is a write in progress or a killed run: ``truncated_tail``, not bad."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # 1-based line number of each row
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    truncated_tail: bool = False
+
+    @property
+    def bad_lines(self) -> int:
+        """How many complete lines could not be read."""
+        return len(self.bad)
+
+
+def parse_object(text: str) -> dict[str, Any]:
+    """One line as a JSON object (Python's NaN/Infinity tokens accepted); ValueError saying why not."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def parse_jsonl(text: str, first_line: int = 1) -> JsonLines:
+    """Every line of ``text``; blank lines are skipped."""
+    result = JsonLines()
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            result.rows.append(parse_object(line))
+        except ValueError as exc:
+            if index == len(lines) - 1:  # no newline after it: still being written, or cut by a kill
+                result.truncated_tail = True
+            else:
+                result.bad.append((first_line + index, str(exc)))
+            continue
+        result.lines.append(first_line + index)
+    return result
+
+
+def read_jsonl(path: Path) -> JsonLines:
+    """The whole file (undecodable bytes replaced); OSError when it cannot be read."""
+    return parse_jsonl(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+
+def read_jsonl_tail(path: Path, max_bytes: int = TAIL_BYTES) -> JsonLines:
+    """The complete lines among the last ``max_bytes`` of the file (line numbers unknown: counted from 1)."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        start = max(0, size - max_bytes)
+        handle.seek(start)
+        data = handle.read()
+    if start:
+        data = data[data.find(b"\n") + 1 :]  # the first line is cut
+    return parse_jsonl(data.decode("utf-8", errors="replace"))
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; OSError when it cannot be read (FileNotFoundError when missing), ValueError
+    when it is not one JSON object (half-written, corrupt, or another JSON value)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{Path(path).name} is not a JSON object")
+    return data

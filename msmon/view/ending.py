@@ -1,0 +1,91 @@
+"""The end of `msmon run`: what happened, and the next commands with this run's paths filled in."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from msmon.util.durations import format_duration
+from msmon.util.numbers import fmt_number
+from msmon.view.report import loss_summary
+from msmon.view.series import RunData
+
+
+@dataclass
+class NextCommands:
+    """What `msmon run` knows about the run's surroundings, to fill in the next commands."""
+
+    board_dir: Path | None = None  # what the board serves; None: no board backend
+    board_backend: str = "mindinsight"
+    previous: Path | None = None  # the project's run before this one
+    report: Path | None = None  # the report already written at the end (--report): no report command
+
+
+def shown_path(path: Path, cwd: Path) -> str:
+    """``path`` relative to ``cwd`` when it lies below it (shorter to type), else absolute; shell-quoted."""
+    try:
+        text = str(path.resolve().relative_to(cwd.resolve()))
+    except ValueError:
+        text = str(path)
+    return shlex.quote(text)
+
+
+def _duration_s(info: dict) -> float | None:
+    try:
+        return (datetime.fromisoformat(info["end_time"]) - datetime.fromisoformat(info["start_time"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def summary_lines(run: RunData) -> list[str]:
+    """Steps and duration, first / final / best loss, alerts with the first one's message, the records."""
+    info = run.info
+    steps, total = info.get("last_step"), info.get("total_steps")
+    done = f"{steps if steps is not None else 0}" + (f" of {total}" if total else "")
+    lines = [f"  {done} steps in {format_duration(_duration_s(info), fine=True)}"]
+    loss_steps, losses = run.series("loss")
+    if losses:
+        final, best, best_step = loss_summary(run)
+        first = f"{fmt_number(losses[0])} (step {loss_steps[0]})"
+        lines[0] += f"; loss {first} -> {fmt_number(final)} (step {loss_steps[-1]})"
+        if best is not None:
+            lines[0] += f", best {fmt_number(best)} at step {best_step}"
+    if run.alerts:
+        alert = run.alerts[0]
+        lines.append(f"  alerts: {len(run.alerts)}; the first at step {alert.get('step')}, {alert.get('detector')}: "
+                     f"{alert.get('message')}")
+    else:
+        lines.append("  alerts: none")
+    dropped, lost = info.get("dropped_records") or 0, info.get("records_lost") or 0
+    lines.append(f"  records: {len(run.records)} logged, {dropped} dropped, {lost} lost")
+    return lines + attempt_line(run)
+
+
+def next_lines(run: RunData, commands: NextCommands, cwd: Path | None = None) -> list[str]:
+    """The commands a user types next, with this run's paths filled in."""
+    cwd = cwd or Path(os.getcwd())
+    here = shown_path(run.path, cwd)
+    lines = ["next:"]
+    if commands.report is None:
+        lines.append(f"  msmon report {here}   # an HTML report of this run")
+    if commands.board_dir is not None:
+        backend = "" if commands.board_backend == "mindinsight" else f" --backend {commands.board_backend}"
+        lines.append(f"  msmon board start {shown_path(commands.board_dir, cwd)}{backend}   # the curves in a board")
+    if commands.previous is not None:
+        lines.append(f"  msmon compare {shown_path(commands.previous, cwd)} {here}   # against the previous run")
+    if run.info.get("status") == "interrupted":
+        lines.append(f"  msmon resume {here}   # continue this run from its latest checkpoint")
+    return lines
+
+
+def attempt_line(run: RunData) -> list[str]:
+    """``attempts: 2 (restarted once from step 80)`` when the run had more than one."""
+    entries = [entry for entry in run.info.get("attempts") or [] if isinstance(entry, dict)]
+    if len(entries) < 2:
+        return []
+    later = [f"{entry.get('reason', 'resume')} from step {entry.get('resumed_from_step') or 0}"
+             for entry in entries[1:]]
+    return [f"  attempts: {len(entries)} ({'; '.join(later)})"]

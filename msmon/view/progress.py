@@ -1,0 +1,92 @@
+"""Progress without a panel: the step clock (rate, ETA) and one plain line per logged step."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Any, TextIO
+
+from msmon.util.durations import format_duration
+from msmon.util.numbers import as_number, fmt_number
+
+#: (record key, label) of the metrics a progress line or the panel shows.
+METRICS: tuple[tuple[str, str], ...] = (
+    ("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("throughput", "tokens/s"),
+)
+
+
+class StepClock:
+    """Step rate and ETA from the (step, time) pairs of recent records."""
+
+    def __init__(self, total_steps: int | None) -> None:
+        self.total_steps = total_steps if total_steps and total_steps > 0 else None
+        self.points: deque[tuple[int, float]] = deque(maxlen=20)
+
+    def add(self, step: int, when: float) -> None:
+        self.points.append((step, when))
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Add a record's (step, time) when it has both."""
+        step, when = record.get("step"), as_number(record.get("time"))
+        if isinstance(step, int) and when is not None:
+            self.add(step, when)
+
+    def learn_total(self, total: Any) -> None:
+        """Take the planned step count when the config did not state it (the training knows it)."""
+        if self.total_steps is None and isinstance(total, int) and total > 0:
+            self.total_steps = total
+
+    def steps_per_s(self) -> float | None:
+        if len(self.points) < 2:
+            return None
+        (s0, t0), (s1, t1) = self.points[0], self.points[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
+
+    def eta(self, step: int | None = None) -> float | None:
+        rate = self.steps_per_s()
+        if step is None and self.points:
+            step = self.points[-1][0]
+        if rate is None or self.total_steps is None or step is None:
+            return None
+        return max(0.0, (self.total_steps - step) / rate)
+
+
+def plain_line(record: dict[str, Any], clock: StepClock) -> str:
+    """One line per logged step: step/total, the main metrics, ETA."""
+    total = f"/{clock.total_steps}" if clock.total_steps else ""
+    parts = [f"step {record.get('step')}{total}"]
+    for key, label in METRICS:
+        value = as_number(record.get(key))
+        if value is not None:
+            parts.append(f"{label} {fmt_number(value)}")
+    eta = clock.eta()
+    if eta is not None:
+        parts.append(f"eta {format_duration(eta, fine=True)}")
+    return "msmon: " + "  ".join(parts)
+
+
+class PlainView:
+    """Not a terminal, NO_COLOR or --plain: one plain line per logged step on stdout (none in verbose mode,
+    whose session already prints a line per logged step)."""
+
+    def __init__(self, total_steps: int | None, stream: TextIO | None = None, verbose: bool = False) -> None:
+        self.clock = StepClock(total_steps)
+        self.stream = stream
+        self.verbose = verbose
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        self.clock.add_record(record)
+        if self.verbose:
+            return
+        stream = self.stream or sys.stdout
+        stream.write(plain_line(record, self.clock) + "\n")
+        stream.flush()
+
+    def on_alert(self, alert: dict[str, Any]) -> None:
+        """Alerts are already logged by the health monitor; nothing to add on a plain stream."""
+
+    def on_status(self, status: Any) -> None:
+        self.clock.learn_total(getattr(status, "total_steps", None))
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,208 @@
+"""The mcore path's logic without training: use_legacy as mindformers reads it, MS608, where the CPU stand-ins
+apply, the train-step layouts and the separate losses."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_support import settings
+from helpers_training import QUICKSTART_QWEN3
+from test_engine_unit import Params, Stop
+
+from msmon import compat
+from msmon.config.loader import load_config
+from msmon.engine import loss_parts
+from msmon.engine.callback import StepObserver, split_outputs
+from msmon.engine.record import StepProgress
+from msmon.errors import MsmonError
+from msmon.runner import mcore_cpu
+from msmon.validate import validate
+
+
+def _codes(result) -> set[str]:
+    return {f.code for f in result.findings}
+
+
+def _validate(path: Path, *overrides: str):
+    return validate(load_config(path, list(overrides)))
+
+
+@pytest.mark.parametrize(
+    ("config", "legacy"),
+    [
+        ({"use_legacy": False}, False),
+        ({"use_legacy": 0}, False),
+        ({"use_legacy": ""}, False),
+        ({"use_legacy": True}, True),
+        ({"use_legacy": "false"}, True),  # a non-empty string is true for mindformers' `if use_legacy`
+        ({"use_legacy": "False"}, True),
+        ({"use_legacy": None}, True),
+        ({}, True),
+        ({"use_legacy": True, "context": {"use_legacy": False}}, False),  # context wins
+        ({"use_legacy": False, "context": {"use_legacy": None}}, True),  # a null there still wins: unset -> True
+        ({"use_legacy": False, "context": {"mode": 0}}, False),
+    ],
+)
+def test_use_legacy_is_read_as_mindformers_reads_it(config: dict, legacy: bool) -> None:
+    assert compat.use_legacy(config) is legacy
+
+
+def test_the_qwen3_quickstart_validates_with_no_mcore_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = _validate(QUICKSTART_QWEN3)
+    assert result.valid and not result.findings, result.findings  # use_flash_attention: True is msmon's to replace
+    assert _codes(_validate(QUICKSTART_QWEN3, "use_legacy=0")) == set()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["context.mode=1"], "PyNative mode"),
+        (["model.model_config.window_size=[128,0]"], "sliding-window attention (model.model_config.window_size)"),
+        (["model.model_config.multi_latent_attention=True", "model.model_config.use_attn_mask_compression=True"],
+         "multi-latent attention (model.model_config.multi_latent_attention); the compressed attention mask"),
+    ],
+)
+def test_ms608_lists_the_real_blockers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str],
+                                       expected: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    [finding] = [f for f in _validate(QUICKSTART_QWEN3, *overrides).findings if f.code == "MS608"]
+    assert finding.is_error and finding.path == "use_legacy" and expected in finding.message
+
+
+def test_ms608_names_an_unknown_mindformers_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("msmon.validate.cpu.package_version", lambda name: "9.9.9")
+    [finding] = [f for f in _validate(QUICKSTART_QWEN3).findings if f.code == "MS608"]
+    assert "know mindformers 1.9.0, not the installed 9.9.9" in finding.message
+
+
+def test_a_string_false_is_the_legacy_path_so_flash_attention_is_refused(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    codes = _codes(_validate(QUICKSTART_QWEN3, "use_legacy='false'"))
+    assert "MS603" in codes and "MS608" not in codes
+
+
+def test_the_shipped_qwen3_config_on_cpu_shows_only_the_blockers_msmon_does_not_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.find_spec("mindformers")
+    assert spec is not None and spec.origin
+    shipped = Path(spec.origin).parents[1] / "configs" / "qwen3" / "pretrain_qwen3_32b_4k.yaml"
+    monkeypatch.chdir(tmp_path)
+    codes = _codes(_validate(shipped, "context.device_target=CPU"))
+    assert {"MS601", "MS604", "MS606"} <= codes  # sink_mode, bfloat16, the stock train-step wrapper
+    assert not codes & {"MS602", "MS603", "MS608"}
+
+
+def test_validate_of_the_qwen3_quickstart_imports_nothing_heavy(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from msmon.cli.main import app\n"
+        "try:\n"
+        f"    app(['validate', {str(QUICKSTART_QWEN3)!r}, '--json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'mindspore', 'mindformers'})\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert "HEAVY []" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "applies"),
+    [
+        ({"use_legacy": False, "context": {"device_target": "CPU"}}, True),
+        ({"use_legacy": False, "context": {"device_target": "cpu"}}, True),
+        ({"use_legacy": False, "context": {"device_target": "Ascend"}}, False),
+        ({"use_legacy": False, "context": {"mode": 0}}, False),  # mindformers' default device is Ascend
+        ({"use_legacy": False}, False),
+        ({"use_legacy": True, "context": {"device_target": "CPU"}}, False),
+        ({"use_legacy": "false", "context": {"device_target": "CPU"}}, False),
+    ],
+)
+def test_the_stand_ins_apply_to_mcore_models_on_cpu_only(config: dict, applies: bool) -> None:
+    assert mcore_cpu.needs_mcore_cpu_support(config) is applies
+
+
+def test_an_ascend_run_never_touches_mindformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(version: str) -> None:
+        raise AssertionError("applied on Ascend")
+
+    monkeypatch.setattr(mcore_cpu, "apply_mcore_cpu_support", refuse)
+    assert mcore_cpu.apply_if_needed({"use_legacy": False, "context": {"device_target": "Ascend"}}) is False
+
+
+def test_an_unknown_mindformers_version_is_one_clear_error_before_anything_is_patched() -> None:
+    with pytest.raises(MsmonError) as caught:
+        mcore_cpu.apply_mcore_cpu_support("2.0.0")
+    assert str(caught.value).count("\n") == 0
+    assert "written for mindformers 1.9.0; the installed version is 2.0.0" in caught.value.message
+    assert caught.value.exit_code == 3
+
+
+def test_the_patch_table_names_what_the_installed_mindformers_has_and_applying_it_replaces_them(tmp_path: Path) -> None:
+    """In a child process (the patches are process-wide): each attribute is mindformers' original, then msmon's."""
+    code = (
+        "import importlib, mindformers\n"
+        "from msmon.compat import MCORE_CPU_PATCHES\n"
+        "from msmon.runner.mcore_cpu import apply_mcore_cpu_support\n"
+        "patches = MCORE_CPU_PATCHES[mindformers.__version__]\n"
+        "def names():\n"
+        "    return {r: getattr(importlib.import_module(p.module), p.attribute).__name__ for r, p in patches.items()}\n"
+        "print('BEFORE', sorted(names().items()))\n"
+        "apply_mcore_cpu_support(mindformers.__version__)\n"
+        "apply_mcore_cpu_support(mindformers.__version__)\n"
+        "print('AFTER', sorted(names().items()))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "LOCAL_DEFAULT_PATH": str(tmp_path / "mindformers")})
+    assert ("BEFORE [('attention', 'FlashAttention'), ('embedding', 'VocabParallelEmbedding'), "
+            "('norm', 'FusedRMSNorm'), ('outer', 'Outer')]") in proc.stdout, proc.stderr[-2000:]
+    assert ("AFTER [('attention', 'MsmonCPUAttention'), ('embedding', 'MsmonCPUVocabParallelEmbedding'), "
+            "('norm', 'RMSNorm'), ('outer', 'MsmonCPUOuter')]") in proc.stdout, proc.stderr[-2000:]
+
+
+def test_split_outputs_per_token_loss_keeps_the_five_tuple_and_a_network_six_tuple_is_not_a_layout() -> None:
+    # calculate_per_token_loss: MFTrainOneStepCell divides by the token count itself and returns 5 values
+    five = split_outputs((0.5, False, 1.0, 1e-3, 2.0))
+    assert five == {"loss": 0.5, "overflow": False, "loss_scale": 1.0, "learning_rate": 1e-3, "grad_norm": 2.0}
+    # the mcore GPTModel's own per-token 6-tuple (numerator, denominator, ...) never reaches callbacks as such
+    assert split_outputs((64.0, 128.0, 0.0, 0.0, 0.0, 0.0)) == {"loss": 64.0}
+    assert set(compat.TRAIN_STEP_OUTPUTS) == {3, 4, 5, 7}
+
+
+def test_loss_parts_keep_lm_and_non_zero_parts_nan_included_and_are_taken_once() -> None:
+    import numpy as np
+
+    loss_parts.publish({"lm_loss": np.array([2.5], np.float32), "aux_loss": np.array([0.0], np.float32),
+                        "mtp_loss": np.array([np.nan], np.float32), "indexer_loss": np.array([0.25], np.float32)})
+    parts = loss_parts.take()
+    assert parts.keys() == {"loss_lm", "loss_mtp", "loss_indexer"}
+    assert parts["loss_lm"] == 2.5 and math.isnan(parts["loss_mtp"]) and parts["loss_indexer"] == 0.25
+    assert loss_parts.take() == {}
+    loss_parts.publish({"lm_loss": 0.0, "aux_loss": 0.0})
+    assert loss_parts.take() == {"loss_lm": 0.0}
+
+
+def test_the_observer_records_the_parts_published_in_the_same_step(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = []
+    observer = StepObserver(settings(tmp_path, log_interval=2), StepProgress(), records.append, Stop())
+    for step in (1, 2, 3, 4):
+        loss_parts.publish({"lm_loss": 3.0 + step, "aux_loss": 0.01 * step, "mtp_loss": 0.0})
+        observer.step_end(Params(cur_step_num=step, net_outputs=(3.0 + step + 0.01 * step, False, 1.0, 1e-3, 1.0)))
+    assert [(r["step"], r["loss_lm"], r["loss_aux"]) for r in records] == [(2, 5.0, 0.02), (4, 7.0, 0.04)]
+    assert all("loss_mtp" not in r for r in records)
+
+
+def test_loss_parts_are_not_recorded_for_an_unknown_mindformers_version(caplog: pytest.LogCaptureFixture) -> None:
+    assert loss_parts.install("0.1.0") is False
+    assert "loss_lm/loss_aux/loss_mtp are not recorded" in caplog.text
