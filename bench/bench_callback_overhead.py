@@ -1,6 +1,6 @@
 """Overhead of msmon's callback on the real tiny mindformers Trainer (CPU), measured side by side.
 
-    /work/venv/bin/python bench/bench_callback_overhead.py [--steps 400] [--block 20]
+    .venv/bin/python bench/bench_callback_overhead.py [--steps 400] [--block 20]
 
 Every run is one real Trainer run (``--steps`` steps) in its own child process; step time = wall
 time between consecutive step ends (msmon's own call at the earlier one included), the first

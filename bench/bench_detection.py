@@ -1,12 +1,13 @@
 """Detection-quality benchmark of msmon's health detectors (the same HealthMonitor `msmon replay` runs).
 
-    /work/venv/bin/python bench/bench_detection.py
+    .venv/bin/python bench/bench_detection.py
 
 Labelled traces: the clean real quickstart traces of bench/traces/ (several learning rates and seeds,
 recorded by bench/record_traces.py), the same traces with ordinary +15% loss bumps or 10% of the
 records lost (all must stay quiet),
 the real dead run (lr 1e4), and every clean trace with one injected fault: NaN, Inf, a loss spike,
-1%/step grad-norm growth (loss untouched), flat lines, zero grad, LR faults, a throughput drop and a
+1%/step grad-norm growth (loss untouched), flat lines, zero grad, LR faults, throughput drops to 60%, 50% and
+30% and a
 time gap. Each runs at log_interval 1 and 10: the traces hold every step, so the interval-10 records
 carry grad_norm_mean/grad_norm_max/loss_mean exactly as the live callback computes them (interval 10
 with single values, as in files written before those keys, is printed too). Grad-norm growth is
@@ -25,7 +26,6 @@ import statistics
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from msmon.config.health import HealthSettings, StallSettings  # noqa: E402
-from msmon.engine.record import interval_stats  # noqa: E402
+from msmon.engine.record import StepProgress, interval_stats  # noqa: E402
 from msmon.health.alert import Alert  # noqa: E402
 from msmon.health.monitor import HealthMonitor  # noqa: E402
 from msmon.health.replay import read_records  # noqa: E402
@@ -127,12 +127,9 @@ def slower(factor: float) -> Inject:
     return lambda rs: each(rs, lambda r: r.update(throughput=float(r["throughput"]) * factor))
 
 
-#: Reported, not targets: on the batch-2 quickstart the loss of one step is up to 3x the next one's; the clean
-#: traces' own speed swings (a shared machine) hold 150-step stretches below 0.62 of their median.
+#: Reported, not a target: on the batch-2 quickstart the loss of one step is up to 3x the next one's.
 HARD: dict[str, tuple[str, Inject]] = {
     "loss spike x3 (30 steps)": ("loss_spike", spike(3)),
-    "throughput x0.6": ("throughput_drop", slower(0.6)),
-    "throughput x0.5": ("throughput_drop", slower(0.5)),
 }
 FAULTS: dict[str, tuple[str, Inject]] = {
     "nan loss": ("nonfinite", lambda rs: once(rs, lambda r: r.update(loss=math.nan))),
@@ -147,6 +144,8 @@ FAULTS: dict[str, tuple[str, Inject]] = {
         learning_rate=float(r["learning_rate"]) * 3))),
     "lr frozen": ("learning_rate", frozen_lr),
     "lr zero": ("learning_rate", lambda rs: each(rs, lambda r: r.update(learning_rate=0.0))),
+    "throughput x0.6": ("throughput_drop", slower(0.6)),  # issue 13: a lasting drop to <= 60% is reported
+    "throughput x0.5": ("throughput_drop", slower(0.5)),
     "throughput x0.3": ("throughput_drop", slower(0.3)),
     "time gap 120 s": ("stall", gap),
 }
@@ -221,20 +220,6 @@ def article(records: list[Record]) -> list[Record]:
 def stall_delay() -> tuple[float, float]:
     """The live watchdog on a real thread: steps of ~20 ms for 1.5 s, then a hang; (delay, timeout) in s."""
 
-    class Progress:
-        def __init__(self) -> None:
-            self.last_step = 0
-            self.last_end_monotonic = time.monotonic()
-            self.total_steps = None
-            self.recent_step_seconds: deque[float] = deque(maxlen=64)
-
-        def step_seconds(self) -> list[float]:
-            return list(self.recent_step_seconds)
-
-        @property
-        def last_end_wall(self) -> float:
-            return time.time() - (time.monotonic() - self.last_end_monotonic)
-
     settings = HealthSettings(stall=StallSettings(floor_s=1.0, poll_s=0.2))
     found = threading.Event()
 
@@ -248,15 +233,15 @@ def stall_delay() -> tuple[float, float]:
             return None
 
     monitor = HealthMonitor(settings, sinks=[Catch()])
-    progress = Progress()
+    progress = StepProgress()  # the session's own progress, updated as the callback does
     dog = Watchdog(monitor, progress, poll_s=settings.stall.poll_s)
     dog.start()
-    progress.recent_step_seconds.append(3.0)  # step 1: compilation, ignored
+    progress.add_step_seconds(3.0)  # step 1: compilation, ignored
     for step in range(1, 76):
         time.sleep(0.02)
         now = time.monotonic()
         if step > 1:
-            progress.recent_step_seconds.append(now - progress.last_end_monotonic)
+            progress.add_step_seconds(now - progress.last_end_monotonic)
         progress.last_end_monotonic, progress.last_step = now, step
     hung = progress.last_end_monotonic
     found.wait(30)

@@ -1,6 +1,6 @@
 """Does the live view slow training? Median step time of the real tiny Trainer with and without the panel.
 
-    /work/venv/bin/python bench/bench_live_view.py [--steps 600] [--block 20] [--runs 2]
+    .venv/bin/python bench/bench_live_view.py [--steps 600] [--block 20] [--runs 2]
 
 Each run is a child process training the CPU quickstart (configs/quickstart_cpu.yaml) through msmon's
 monitor session (file backend, log_interval 1: the view gets every step, its worst case) with its stdout

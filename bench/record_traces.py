@@ -1,7 +1,7 @@
 """Record real training traces from the CPU quickstart for the detection benchmark.
 
-    /work/venv/bin/python bench/record_traces.py [--all]    # missing traces (--all: every one), a process each
-    /work/venv/bin/python bench/record_traces.py --one LR SEED OUT.jsonl EPOCHS STEPS_PER_EPOCH
+    .venv/bin/python bench/record_traces.py [--all]    # missing traces (--all: every one), a process each
+    .venv/bin/python bench/record_traces.py --one LR SEED OUT.jsonl EPOCHS STEPS_PER_EPOCH
 
 Each trace line is one step: step, time, loss, grad_norm, learning_rate, overflow, throughput
 (tokens/s), step_time_ms - the keys of a metrics.jsonl record, at log_interval 1. Runs happen in a

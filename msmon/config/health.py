@@ -35,7 +35,7 @@ class GradExplosionSettings:
     enabled: bool = doc(True, "detect sustained exponential grad_norm growth against the run's own low")
     action: Action = doc("alert", ACTION_DOC)
     settle_steps: int = doc(
-        50, "training steps after the LR warm-up (grad norms rise early) before the baseline forms", at_least=0
+        80, "training steps after the LR warm-up (grad norms rise early) before the baseline forms", at_least=0
     )
     window_steps: int = doc(60, "training steps over which the growth of log(grad_norm) is fitted", at_least=1)
     min_points: int = doc(
