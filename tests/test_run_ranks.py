@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -71,6 +72,7 @@ def test_a_frozen_rank_is_named_in_one_stall_alert(tmp_path: Path) -> None:
         assert "mindspore" in (run.run_dir / "stacks" / "rank_0.txt").read_text()  # where rank 0 waits
         info = stop_cleanly(run)
         assert info["alert_count"] == 1
+        assert re.search(r"^\s+msmon status \S+", run.stderr, re.M), run.stderr[-2000:]  # the ending's next command
     finally:
         if run.proc.poll() is None:
             run.proc.kill()
@@ -107,6 +109,7 @@ def test_a_clean_two_rank_run_raises_nothing_and_records_mindformers_loss(tmp_pa
     info = json.loads((run.run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["alert_count"] == 0
     assert not (run.run_dir / "alerts.jsonl").exists() and "HEALTH ALERT" not in run.stderr
+    assert "msmon status" not in run.stderr  # a completed run needs no look at its ranks
     rows = [json.loads(line) for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
     printed = mindformers_step_lines(run.run_dir, rank=0)
     last = info["last_step"]

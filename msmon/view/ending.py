@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from msmon import layout
 from msmon.util.durations import format_duration
 from msmon.util.numbers import fmt_number
 from msmon.view.report import loss_summary
@@ -78,7 +79,15 @@ def next_lines(run: RunData, commands: NextCommands, cwd: Path | None = None) ->
         lines.append(f"  msmon compare {shown_path(commands.previous, cwd)} {here}   # against the previous run")
     if run.info.get("status") == "interrupted":
         lines.append(f"  msmon resume {here}   # continue this run from its latest checkpoint")
+    if run.info.get("status") != "completed" and ranks_worth_a_look(run.path):
+        lines.append(f"  msmon status {here}   # each rank's last step, and why no step ended")
     return lines
+
+
+def ranks_worth_a_look(run_dir: Path) -> bool:
+    """True when the run captured stacks (it stalled) or had more than one rank."""
+    beats = list((run_dir / layout.HEARTBEATS).glob("rank_*.json"))
+    return (run_dir / layout.STACKS).is_dir() or len(beats) > 1
 
 
 def attempt_line(run: RunData) -> list[str]:
