@@ -287,11 +287,11 @@ class LossFix:
     accumulation_modes: tuple[str, ...] = ("semi_auto_parallel", "auto_parallel")
 
 
-LOSS_FIX: dict[str, LossFix] = {
-    "1.9.0": LossFix(
-        "mindformers.core.callback.callback", "MFLossMonitor", "_fix_loss_for_parallel",
-        {"mirco_size": "parallel_config.micro_batch_num", "micro_batch_interleave_num": "micro_batch_interleave_num",
-         "gradient_accumulation_steps": "runner_config.gradient_accumulation_steps",
-         "calculate_per_token_loss": "calculate_per_token_loss"},
-    ),
-}
+_MF_LOSS_FIX = LossFix(
+    "mindformers.core.callback.callback", "MFLossMonitor", "_fix_loss_for_parallel",
+    {"mirco_size": "parallel_config.micro_batch_num", "micro_batch_interleave_num": "micro_batch_interleave_num",
+     "gradient_accumulation_steps": "runner_config.gradient_accumulation_steps",
+     "calculate_per_token_loss": "calculate_per_token_loss"},
+)
+#: 1.8.0 and 1.9.0: the same method, the same attributes, filled by BaseTrainer from the same keys (diffed).
+LOSS_FIX: dict[str, LossFix] = {"1.8.0": _MF_LOSS_FIX, "1.9.0": _MF_LOSS_FIX}
