@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 from conftest import run_msmon
+from helpers_ranks import processes_of
 from helpers_training import PROJECTS, QUICKSTARTS, parse_step_lines, write_quickstart_config
 from omegaconf import OmegaConf
 
@@ -181,6 +182,29 @@ def test_a_killed_training_is_restarted_from_its_last_checkpoint(tmp_path: Path,
     first, second = info["attempts"]
     assert first["status"] == "failed" and "code -9" in first["error"] and first["last_step"] > resumed_from
     assert (second["status"], second["reason"], second["resumed_from_step"]) == ("completed", "restart", resumed_from)
+
+
+@pytest.mark.training
+def test_ctrl_c_during_the_restart_back_off_ends_the_run_without_a_restart(tmp_path: Path) -> None:
+    """SIGKILL the training, then a real SIGINT to `msmon run` while it waits out a 60 s back-off: it ends at once,
+    interrupted (130), the dead attempt recorded, no second attempt, nothing left running."""
+    config, run_dir = _config(tmp_path, "legacy")
+    started = _training(tmp_path, config, run_dir, (70, 50), "--max-restarts", "1", "--restart-backoff", "60")
+    _kill_training(started)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "alerts.jsonl").exists():  # the restart alert is written before the back-off begins
+        assert started.proc.poll() is None and time.monotonic() < deadline, started.out.read_text()[-3000:]
+        time.sleep(0.1)
+    sent = time.monotonic()
+    started.proc.send_signal(signal.SIGINT)
+    code, output = started.finish(timeout=60)
+    print(f"measured: SIGINT in the back-off to exit {time.monotonic() - sent:.1f} s")
+    assert code == 130 and time.monotonic() - sent < 30, output[-3000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["exit_code"] == 130
+    assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("failed", "start")], info["attempts"]
+    assert [a["detector"] for a in _rows(run_dir / "alerts.jsonl")] == ["restart"]
+    assert processes_of(run_dir) == []
 
 
 @pytest.mark.training
