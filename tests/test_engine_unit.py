@@ -443,3 +443,31 @@ def test_loss_mean_keeps_a_nan_loss_between_two_logs(tmp_path: Path):
     assert records[0]["loss"] == 2.0 and math.isnan(records[0]["loss_mean"])  # never averaged away
     assert records[0]["grad_norm_mean"] == 1.0 and records[0]["grad_norm_max"] == math.inf  # overflow Inf skipped
     assert records[1]["loss_mean"] == 2.0 and records[1]["grad_norm_max"] == 1.0
+
+
+def test_mlflow_close_ends_the_run_even_when_the_results_request_fails() -> None:
+    """A slow tracking server timed out the results batch at close: the status tag and the end state are still sent,
+    and the close still fails (the writer reports it)."""
+    from msmon.engine.backends.mlflow import MlflowBackend
+
+    calls: list[tuple[str, ...]] = []
+
+    class Client:
+        def log_batch(self, run_id: str, metrics: list) -> None:
+            raise TimeoutError("read timed out")
+
+        def set_tag(self, run_id: str, key: str, value: str) -> None:
+            calls.append(("tag", key, value))
+
+        def set_terminated(self, run_id: str, status: str) -> None:
+            calls.append(("terminated", status))
+
+    class Facts:
+        def results(self, status: str) -> dict:
+            return {"final_loss": 0.5, "steps": 20, "status": status}
+
+    backend = object.__new__(MlflowBackend)
+    backend._client, backend._run_id, backend._facts = Client(), "run-1", Facts()
+    with pytest.raises(TimeoutError):
+        backend.close("completed")
+    assert calls == [("tag", "msmon.status", "completed"), ("terminated", "FINISHED")]

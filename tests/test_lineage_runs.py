@@ -45,7 +45,7 @@ def _config(root: Path, name: str, mlflow_url: str, **kwargs: Any) -> Path:
     return write_quickstart_config(
         directory, run_name=name, project_name=PROJECT, save_dir=str(root / "monitor_logs"),
         monitor_type=["file", "mindinsight", "tensorboard", "mlflow"], log_interval=INTERVAL,
-        mlflow={"tracking_uri": mlflow_url}, **kwargs,
+        mlflow={"tracking_uri": mlflow_url, "timeout_s": 30.0}, **kwargs,  # the test server under CI load: 10 s was hit
     )
 
 

@@ -169,13 +169,15 @@ class MlflowBackend(Backend):
         the MLflow run's end state."""
         if self._run_id is None:
             return
-        if self._facts is not None:
-            from mlflow.entities import Metric
+        try:
+            if self._facts is not None:
+                from mlflow.entities import Metric
 
-            results = self._facts.results(status)
-            now, step = int(time.time() * 1000), int(results["steps"])
-            metrics = [Metric(name, float(value), now, step) for name, value in results.items()
-                       if not isinstance(value, str)]
-            self._client.log_batch(self._run_id, metrics=metrics)
-        self._client.set_tag(self._run_id, "msmon.status", status)
-        self._client.set_terminated(self._run_id, STATUS.get(status, "KILLED"))
+                results = self._facts.results(status)
+                now, step = int(time.time() * 1000), int(results["steps"])
+                metrics = [Metric(name, float(value), now, step) for name, value in results.items()
+                           if not isinstance(value, str)]
+                self._client.log_batch(self._run_id, metrics=metrics)
+        finally:  # a results request that failed (a slow server) still leaves the run's end state; its error stands
+            self._client.set_tag(self._run_id, "msmon.status", status)
+            self._client.set_terminated(self._run_id, STATUS.get(status, "KILLED"))
