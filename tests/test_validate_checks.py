@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_msmon, tree_snapshot
+from helpers_training import QUICKSTART_QWEN3
 from validate_base import BASE_YAML, base_config, with_monitor, with_section
 
 from msmon.config.split import split_monitor_config
@@ -287,9 +288,10 @@ def test_secret_interpolation_resolves_in_memory_only(tmp_path: Path) -> None:
     assert tree_snapshot(tmp_path) == before
 
 
-def test_validate_never_imports_mindspore_or_mindformers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", ["base", "qwen3_quickstart"])
+def test_validate_never_imports_mindspore_or_mindformers(tmp_path: Path, config: str) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text(BASE_YAML)
+    path.write_text(BASE_YAML if config == "base" else QUICKSTART_QWEN3.read_text())
     code = (
         "import sys\n"
         "from msmon.cli.main import app\n"
