@@ -445,19 +445,19 @@ def test_loss_mean_keeps_a_nan_loss_between_two_logs(tmp_path: Path):
     assert records[1]["loss_mean"] == 2.0 and records[1]["grad_norm_max"] == 1.0
 
 
-def test_mlflow_close_ends_the_run_even_when_the_results_request_fails() -> None:
-    """A slow tracking server timed out the results batch at close: the status tag and the end state are still sent,
-    and the close still fails (the writer reports it)."""
+@pytest.mark.parametrize("batch_fails", [False, True])
+def test_mlflow_close_sends_results_and_status_in_one_batch_then_ends_the_run(batch_fails: bool) -> None:
+    """Closing costs two requests: the results with the status tag, then the end state, which is sent even when a
+    slow tracking server timed out the batch (the close still fails: the writer reports it)."""
     from msmon.engine.backends.mlflow import MlflowBackend
 
-    calls: list[tuple[str, ...]] = []
+    calls: list[tuple[Any, ...]] = []
 
     class Client:
-        def log_batch(self, run_id: str, metrics: list) -> None:
-            raise TimeoutError("read timed out")
-
-        def set_tag(self, run_id: str, key: str, value: str) -> None:
-            calls.append(("tag", key, value))
+        def log_batch(self, run_id: str, metrics: list, tags: list) -> None:
+            if batch_fails:
+                raise TimeoutError("read timed out")
+            calls.append(("batch", {m.key: m.value for m in metrics}, {t.key: t.value for t in tags}))
 
         def set_terminated(self, run_id: str, status: str) -> None:
             calls.append(("terminated", status))
@@ -468,6 +468,11 @@ def test_mlflow_close_ends_the_run_even_when_the_results_request_fails() -> None
 
     backend = object.__new__(MlflowBackend)
     backend._client, backend._run_id, backend._facts = Client(), "run-1", Facts()
-    with pytest.raises(TimeoutError):
-        backend.close("completed")
-    assert calls == [("tag", "msmon.status", "completed"), ("terminated", "FINISHED")]
+    if batch_fails:
+        with pytest.raises(TimeoutError):
+            backend.close("completed")
+        assert calls == [("terminated", "FINISHED")]
+    else:
+        backend.close("failed")
+        assert calls == [("batch", {"final_loss": 0.5, "steps": 20.0}, {"msmon.status": "failed"}),
+                         ("terminated", "FAILED")]

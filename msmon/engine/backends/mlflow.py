@@ -53,7 +53,8 @@ class MlflowBackend(Backend):
 
     @property
     def close_budget_s(self) -> float:
-        return self.settings.mlflow.timeout_s + 2.0  # one request in flight, or the final batch and set_terminated
+        # the closing batch and set_terminated may each take up to timeout_s (a loaded server)
+        return 2 * self.settings.mlflow.timeout_s + 2.0
 
     @property
     def write_interval_s(self) -> float:
@@ -165,19 +166,19 @@ class MlflowBackend(Backend):
         self._client.set_tag(self._run_id, "msmon.alert_count", str(self._alerts))
 
     def close(self, status: str) -> None:
-        """The results (``final_loss``, ``best_loss``, ``steps`` at the last logged step) and the status tag, then
-        the MLflow run's end state."""
+        """One batch with the results (``final_loss``, ``best_loss``, ``steps`` at the last logged step) and the
+        status tag, then the MLflow run's end state, sent even when that batch failed (its error stands)."""
         if self._run_id is None:
             return
-        try:
-            if self._facts is not None:
-                from mlflow.entities import Metric
+        from mlflow.entities import Metric, RunTag
 
+        try:
+            metrics = []
+            if self._facts is not None:
                 results = self._facts.results(status)
                 now, step = int(time.time() * 1000), int(results["steps"])
                 metrics = [Metric(name, float(value), now, step) for name, value in results.items()
                            if not isinstance(value, str)]
-                self._client.log_batch(self._run_id, metrics=metrics)
-        finally:  # a results request that failed (a slow server) still leaves the run's end state; its error stands
-            self._client.set_tag(self._run_id, "msmon.status", status)
+            self._client.log_batch(self._run_id, metrics=metrics, tags=[RunTag("msmon.status", status)])
+        finally:
             self._client.set_terminated(self._run_id, STATUS.get(status, "KILLED"))
