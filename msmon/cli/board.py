@@ -6,7 +6,7 @@ import json
 import logging
 import signal
 import sys
-import time
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,14 +18,6 @@ from msmon.cli.common import handle_errors, wide_console
 from msmon.errors import ExitCode, MsmonError
 
 board_app = typer.Typer(help="Start, list and stop boards (MindInsight or TensorBoard).", no_args_is_help=True)
-
-
-class _Terminated(Exception):
-    """SIGTERM while a foreground board runs."""
-
-
-def _on_sigterm(_signum: int, _frame: Any) -> None:
-    raise _Terminated
 
 
 def _print_tail(exc: MsmonError) -> None:
@@ -71,26 +63,32 @@ def start(
 
 
 def _foreground(handle: Any) -> None:
-    """Wait until Ctrl-C (exit 0) or SIGTERM (exit 143) and stop the board; exit 5 if it dies on its own."""
+    """Wait until Ctrl-C (exit 0) or SIGTERM (exit 143) and stop the board; exit 5 if it dies on its own.
+
+    The signal handlers only note the signal: an exception raised from a handler could land anywhere, in the middle
+    of the process table scan or of stopping the board itself, and leave the board running."""
     from msmon.ops.board import BoardError
 
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    code = ExitCode.OK
+    received: list[int] = []
+    wake = threading.Event()
+
+    def note(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        wake.set()
+
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         print("  press Ctrl-C to stop", flush=True)
-        while handle.alive():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    except _Terminated:
-        code = ExitCode.INTERRUPTED_SIGTERM
-    else:
-        raise BoardError(f"the board on port {handle.port} exited on its own", f"see its log: {handle.record.log}")
+        while not wake.wait(0.5):
+            if not handle.alive():
+                raise BoardError(f"the board on port {handle.port} exited on its own",
+                                 f"see its log: {handle.record.log}")
     finally:
-        signal.signal(signal.SIGTERM, previous)
         handle.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print(f"board on port {handle.port} stopped")
-    raise typer.Exit(code)
+    raise typer.Exit(ExitCode.INTERRUPTED_SIGTERM if received[0] == signal.SIGTERM else ExitCode.OK)
 
 
 @board_app.command("status")

@@ -61,6 +61,9 @@ MCORE_CPU_PATCHES: dict[str, dict[str, Patch]] = {
     },
 }
 
+#: Why the mcore models of 1.8-1.9 train on one CPU rank only (measured with the Qwen3 quickstart on two msrun ranks).
+MCORE_CPU_RANKS = ("the mcore models (use_legacy false) of mindformers 1.8-1.9 cannot train on several CPU ranks (data"
+                   " parallel resets parallel_config and the model refuses the world size; semi-auto: CPU invalid)")
 #: ``model.model_config`` keys (TransformerConfig attributes of the same name) that the CPU attention
 #: stand-in does not implement, each blocking when true: its attention is the plain causal BNSD one.
 MCORE_CPU_UNSUPPORTED: dict[str, str] = {

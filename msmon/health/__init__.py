@@ -76,14 +76,15 @@ def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str
     """Add the health listener to ``session`` and start the stall watchdog (``settings``: MonitorSettings).
 
     ``watchdog`` false: the stall is watched elsewhere (``msmon run``'s parent watches every rank's heartbeat and
-    owns the stall alert; this in-process thread would raise a second one for the same hang)."""
+    owns the stall alert): neither this in-process thread nor the gap check between records raises a second one for
+    the same hang."""
     health = settings.health
     if not health.enabled:
         return HealthHandle(None, None)
     recorder = getattr(session, "flight_recorder", None)  # the window before each alert, written to context/
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
                             request_stop=getattr(session, "request_stop", None),
-                            context=recorder.dump if recorder is not None else None)
+                            context=recorder.dump if recorder is not None else None, stall=watchdog)
     attempt = current()
     if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
         from msmon.health.replay import history

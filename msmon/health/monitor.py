@@ -45,7 +45,8 @@ class Sink(Protocol):
 class HealthMonitor:
     """One instance per run: the same object and code path live (a session listener) and in replay.
 
-    Thread-safe: the writer thread calls ``on_record``, the watchdog thread ``check_stall``. ``context(step,
+    Thread-safe: the writer thread calls ``on_record``, the watchdog thread ``check_stall`` (``stall`` false: no stall
+    detector, the stall is judged in another process). ``context(step,
     detector)``, when given, writes the flight recorder's window before an alert and returns its path (the alert's
     ``context_file``); the per-group gradient norms of the records name the group behind growth, spike and
     non-finite alerts (msmon.health.groups).
@@ -59,9 +60,13 @@ class HealthMonitor:
         sinks: Sequence[Sink] = (),
         request_stop: Callable[[str], None] | None = None,
         context: Callable[[int, str], str | None] | None = None,
+        stall: bool = True,
     ) -> None:
         self.settings = settings
-        self.detectors: list[Detector] = build_detectors(settings, config)
+        detectors = build_detectors(settings, config)
+        # stall false: another process owns the stall judgement (the parent `msmon run`), which this monitor's gap
+        # check between records would repeat for the same hang
+        self.detectors: list[Detector] = [d for d in detectors if stall or not isinstance(d, StallDetector)]
         self.sinks = list(sinks)
         self.request_stop = request_stop
         self.context = context

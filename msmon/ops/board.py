@@ -244,7 +244,7 @@ def _launch(
         if detach:
             board_state.add_record(record)
     except BaseException:
-        procs.stop_processes(_members(record))
+        procs.stop_processes(lambda: _members(record))
         process.poll()
         raise
     return BoardHandle(record, detached=detach, process=process)
@@ -260,12 +260,12 @@ def _wait_healthy(
             return
         code = process.poll()
         if code is not None and (code != 0 or not _members(record)):
-            procs.stop_processes(_members(record))
+            procs.stop_processes(lambda: _members(record))
             tail = log_tail()
             last = f": {tail[-1].strip()}" if tail else ""
             raise BoardError(f"{spec.binary} exited early with code {code}{last}", f"see its log: {record.log}", tail)
         if time.monotonic() >= deadline:
-            procs.stop_processes(_members(record))
+            procs.stop_processes(lambda: _members(record))
             process.poll()
             raise BoardError(
                 f"{spec.binary} did not answer on port {record.port} within {timeout_s:g} s; it was stopped",
@@ -278,7 +278,7 @@ def _wait_healthy(
 def stop_record(record: BoardRecord, forget: bool = True) -> bool:
     """Stop a board's processes (and forget its record); True when something was running."""
     members = _members(record)
-    survivors = procs.stop_processes(members) if members else []
+    survivors = procs.stop_processes(lambda: _members(record)) if members else []
     if survivors:
         pids = ", ".join(str(p.pid) for p in survivors)
         raise BoardError(f"could not stop the board on port {record.port} (pids {pids} survive)", "kill them by hand")

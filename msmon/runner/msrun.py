@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from msmon import layout
+from msmon.compat import MCORE_CPU_RANKS, use_legacy
 from msmon.errors import ExitCode, MsmonError
+from msmon.util.mapping import dotted_get
 
 WORKER_MODULE = "msmon.runner.worker"
 
@@ -47,12 +49,19 @@ def check_flags(flags: LaunchFlags) -> None:
 
 
 def check_config(training: dict[str, Any], flags: LaunchFlags) -> None:
-    """The config must be a parallel one when it runs on more than one rank."""
+    """The config must be a parallel one when it runs on more than one rank, and one that trains on several ranks
+    of this device (the mcore models train on one CPU process only)."""
     n = flags.worker_num
     if n and n > 1 and training.get("use_parallel") is not True:
         raise MsmonError(
             f"--worker-num {n} needs a parallel config, but use_parallel is not True",
             f"for data parallelism add: use_parallel=True parallel_config.data_parallel={n} parallel.full_batch=False",
+        )
+    if n and n > 1 and not use_legacy(training) and dotted_get(training, "context.device_target") == "CPU":
+        raise MsmonError(
+            f"--worker-num {n}: {MCORE_CPU_RANKS}",
+            "train an mcore model on one CPU process (no --worker-num), or on Ascend; the legacy models train on "
+            "several CPU ranks",
         )
 
 

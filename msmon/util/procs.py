@@ -7,6 +7,7 @@ import platform
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -105,10 +106,13 @@ def listener_pid(members: list[psutil.Process], port: int) -> int | None:
     return None
 
 
-def stop_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[psutil.Process]:
-    """SIGINT every process, SIGKILL those still alive after ``grace_s``; return any survivors."""
+def stop_processes(members: Callable[[], list[psutil.Process]], grace_s: float = 5.0) -> list[psutil.Process]:
+    """SIGINT every process ``members()`` lists, SIGKILL those alive after ``grace_s``; return any survivors. The
+    list is taken again at each stage: a server whose master restarts a worker it saw die (gunicorn does, before
+    it handles its own SIGINT) leaves that new worker behind otherwise."""
+    procs: list[psutil.Process] = []
     for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 3.0)):
-        procs = [p for p in procs if alive(p)]
+        procs = [p for p in members() if alive(p)]
         for proc in procs:
             try:
                 proc.send_signal(sig)
@@ -118,4 +122,4 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[ps
         while procs and time.monotonic() < deadline:
             psutil.wait_procs(procs, timeout=0.2)
             procs = [p for p in procs if alive(p)]
-    return [p for p in procs if alive(p)]
+    return [p for p in members() if alive(p)]

@@ -63,9 +63,13 @@ class MlflowBackend(Backend):
     def prepare(self) -> None:
         """On the thread that starts the session: MLflow reads its HTTP settings from the environment. msmon's
         writer retries with its own backoff, so MLflow's own retries (which would hold the worker for minutes)
-        are off and a request times out after ``mlflow.timeout_s``, unless the user set them."""
+        are off and a request times out after ``mlflow.timeout_s``, unless the user set them; MLflow prints no run URL
+        (the extra request it costs at the end)."""
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(self.settings.mlflow.timeout_s))))
+        # set_terminated otherwise first fetches the run to print its URL: a request that can time out on a loaded
+        # server and then skip the end state, leaving the run RUNNING forever
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         import mlflow.entities  # noqa: F401
 
     def open(self) -> None:
@@ -85,13 +89,25 @@ class MlflowBackend(Backend):
     def _new_run(self) -> str:
         """A new MLflow run, its id kept in the run directory (``mlflow_run.json``) for later attempts."""
         options = self.settings.mlflow
-        name = options.experiment_name or self.settings.project_name
-        experiment = self._client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else self._client.create_experiment(name)
+        experiment_id = self._experiment_id(options.experiment_name or self.settings.project_name)
         run = self._client.create_run(experiment_id, run_name=self.settings.run_name, tags=self._tags())
         atomic_write_json(self.run_dir / layout.MLFLOW_RUN, {"run_id": run.info.run_id,
                                                              "tracking_uri": options.tracking_uri})
         return str(run.info.run_id)
+
+    def _experiment_id(self, name: str) -> str:
+        """The experiment ``name``, created when missing (another run that created it meanwhile is no error)."""
+        from mlflow.exceptions import MlflowException
+
+        experiment = self._client.get_experiment_by_name(name)
+        if experiment is not None:
+            return str(experiment.experiment_id)
+        try:
+            return str(self._client.create_experiment(name))
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return str(self._client.get_experiment_by_name(name).experiment_id)
 
     def _continued_run(self) -> str | None:
         """A later attempt of the run (a resume, a restart) continues the MLflow run of the first one: the id in
