@@ -1,4 +1,6 @@
-"""Shared fixtures: run the real `msmon` command in a child process, and a snapshot of a directory tree."""
+"""The test session: one environment for every test, the canonical runs (tests/canonical.py), the real `msmon`
+command in a child process, and the session's end, which stops what the session started, fails when anything
+is still running, and says how many real trainings it started."""
 
 from __future__ import annotations
 
@@ -7,14 +9,161 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import shared_session
+from launch import msmon_env
 
 REPO = Path(__file__).resolve().parents[1]
+#: Fixtures that need a real training: a test using one is marked ``training`` (the inner loop deselects it).
+TRAINING_FIXTURES = {"canonical"}
 
 
+# -- the session ----------------------------------------------------------------------------------------------
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller names the session's shared root (inherited by the xdist workers it starts next)."""
+    if hasattr(config, "workerinput"):
+        return
+    root = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    os.environ[shared_session.SESSION_ENV] = str(root)
+    os.environ["MSMON_CACHE_DIR"] = str(root / "cache")  # the generated datasets, made once for the session
+
+
+#: The modules whose trainings take longest, started first (fewer idle workers at the end of the session).
+LONGEST_FIRST = ("test_run_ranks", "test_resume", "test_lineage_runs", "test_run_faults", "test_layer_norms_trainer",
+                 "test_records_backends", "test_health_e2e", "test_engine_faults")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need a real training are marked ``training`` and run first, the longest modules first."""
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.training)
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        rank = LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (0 if item.get_closest_marker("training") else 1, rank)
+
+    items.sort(key=order)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The controller (after its workers ended): stop the session's servers, then fail on anything left running
+    or on a canonical run a test changed."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from canonical import changed_runs
+
+    root = Path(os.environ[shared_session.SESSION_ENV])
+    shared_session.stop_registered_groups(root)
+    mine = {os.getpid(), *(p.pid for p in _children())}
+    import time
+
+    deadline = time.monotonic() + 15
+    left = shared_session.leftovers(root, mine)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = shared_session.leftovers(root, mine)
+    problems = []
+    if left:
+        problems.append("still running at the end of the session (killed now): " + "; ".join(
+            f"{p.pid} {' '.join(_cmdline(p))[:200]}" for p in left))
+        for proc in left:
+            try:
+                proc.kill()
+            except Exception:  # noqa: BLE001, S110 - gone meanwhile
+                pass
+    problems += [f"a test changed the canonical run {entry}" for entry in changed_runs(root)]
+    session.config.stash[PROBLEMS] = problems
+    if problems and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+PROBLEMS = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    if hasattr(config, "workerinput"):
+        return
+    root = Path(os.environ[shared_session.SESSION_ENV])
+    for problem in config.stash.get(PROBLEMS, []):
+        terminalreporter.write_line(f"SESSION FAILED: {problem}", red=True)
+    runs = mindformers_trainings(root)
+    drivers = shared_session.trainings(root)
+    built, waited = shared_session.once_times(root)
+    canonical_runs = len(list((root / "once").glob("canonical-*/fingerprint.json")))
+    distributed = sum(1 for kind in runs if kind == "msrun")
+    terminalreporter.write_line(
+        f"msmon tests: {len(runs) + len(drivers)} real trainings started ({len(runs)} with the mindformers Trainer, "
+        f"{distributed} of them on several ranks; {len(drivers)} plain MindSpore trainings); canonical runs built: "
+        f"{canonical_runs} in {built:.0f} s, waited for: {waited:.0f} s")
+
+
+def mindformers_trainings(root: Path) -> list[str]:
+    """One entry per training the mindformers Trainer started under ``root`` ("msrun" or "process"): the
+    ``Starting Training`` lines of every rank-0 log mindformers wrote (one per attempt of a run)."""
+    found = []
+    for log in root.rglob("rank_0/info.log"):
+        try:
+            started = log.read_text(encoding="utf-8", errors="replace").count(".........Starting Training Model")
+        except OSError:
+            continue
+        kind = "msrun" if (log.parent.parent / "rank_1").is_dir() else "process"
+        found += [kind] * started
+    return found
+
+
+def _children() -> list:
+    import psutil
+
+    try:
+        return psutil.Process().children(recursive=False)
+    except psutil.Error:
+        return []
+
+
+def _cmdline(proc) -> list[str]:  # noqa: ANN001
+    try:
+        return proc.cmdline()
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return []
+
+
+# -- every test ----------------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test: msmon's home in its tmp_path, none of the developer's variables that change msmon's behaviour,
+    and the process environment as it was afterwards (msmon's code under test may set variables, MLflow's)."""
+    saved = dict(os.environ)
+    monkeypatch.setenv("MSMON_HOME", str(tmp_path / "msmon_home"))
+    for name in ("MSMON_DEBUG", "LOCAL_DEFAULT_PATH", "COLUMNS", "LINES"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def msmon_home(tmp_path: Path) -> Path:
+    """msmon's per-user state (the board registry) of this test."""
+    return tmp_path / "msmon_home"
+
+
+@pytest.fixture(scope="session")
+def canonical() -> Callable[[str], object]:
+    """``canonical(name)``: a run of tests/canonical.py's catalogue, trained once per session."""
+    import canonical as catalogue
+
+    return catalogue.get
+
+
+# -- the msmon command ---------------------------------------------------------------------------------------------
 @dataclass
 class CliResult:
     code: int
@@ -23,20 +172,19 @@ class CliResult:
 
 
 def run_msmon(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
 ) -> CliResult:
-    """Run ``python -m msmon ARGS`` as a real child process."""
-    full_env = {key: value for key, value in os.environ.items() if key != "MSMON_DEBUG"}
-    full_env.update({"NO_COLOR": "1", **(env or {})})
-    proc = subprocess.run(
-        [sys.executable, "-m", "msmon", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    """Run ``python -m msmon ARGS`` as a real child process (the test's msmon home unless ``env`` names one)."""
+    proc = subprocess.Popen([sys.executable, "-m", "msmon", *args], cwd=cwd, env=msmon_env(**(env or {})),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:  # whatever it left in its process group goes with it, pass or fail
+        shared_session.stop_group(proc.pid, grace_s=0)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return CliResult(proc.returncode, stdout, stderr)
 
 
 def tree_snapshot(root: Path) -> dict[str, str]:
@@ -63,25 +211,3 @@ def require_tool(name: str, install: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
-
-
-def require_immutable_files(directory: Path) -> None:
-    """Skip (with the reason) unless ``chattr +i`` works here: it needs root, chattr, and a file system that
-    supports the immutable attribute (ext4 does, tmpfs and overlayfs may not)."""
-    if os.geteuid() != 0 or shutil.which("chattr") is None:
-        pytest.skip("making a directory read-only for root needs root and chattr")
-    probe = directory / ".immutable-probe"
-    probe.write_text("x")
-    made = subprocess.run(["chattr", "+i", str(probe)], capture_output=True)
-    subprocess.run(["chattr", "-i", str(probe)], capture_output=True)
-    probe.unlink()
-    if made.returncode != 0:
-        pytest.skip(f"this file system has no immutable attribute: {made.stderr.decode().strip()}")
-
-
-@pytest.fixture
-def msmon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point msmon's per-user state (board registry) at a temporary directory."""
-    home = tmp_path / "msmon_home"
-    monkeypatch.setenv("MSMON_HOME", str(home))
-    return home

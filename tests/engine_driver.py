@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import shared_session  # noqa: E402
 from engine_support import FAKES, BlockingBackend, Capture, settings, tiny_train  # noqa: E402
 
 from msmon.engine.backends import register_backend  # noqa: E402
@@ -39,6 +40,7 @@ def event(action: list, session: MonitorSession) -> None:
 
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
+    shared_session.count_training("mindspore", "tests/engine_driver.py")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s", stream=sys.stderr)
     for cls in FAKES:
         register_backend(cls)

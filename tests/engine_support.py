@@ -196,7 +196,9 @@ class MlflowServer:
              "--backend-store-uri", f"sqlite:///{directory / 'mlflow.db'}",
              "--artifacts-destination", str(directory / "artifacts"), "--workers", "1"],
             cwd=directory, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"},
+            # no job runner: eight huey consumers the suite never uses, ~250 MB and seconds of CPU each at the start
+            env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+                 "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )
         if not wait_until(lambda: urllib.request.urlopen(self.url + "/health", timeout=2).status == 200, 90):
             self.stop()

@@ -1,17 +1,26 @@
 """Test callbacks that ``msmon run`` loads into every rank through the config, as a user registers one:
 ``callbacks: [..., {type: SleepOnRank, auto_register: rank_callbacks.SleepOnRank, rank: 1, step: 20}]`` with
-``REGISTER_PATH`` = this directory (``OM_MODULES_CACHE`` where mindformers may copy the module).
+``REGISTER_PATH`` = this directory (``OM_MODULES_CACHE`` where mindformers may copy the module). They run
+before msmon's own callback (mindformers runs the config's callbacks first).
 
-- ``SleepOnRank``: on one rank, sleeps in ``on_train_step_end`` of one step: a rank stuck in Python code while
-  the other ranks wait in the next step's collective.
+- ``SleepOnRank``: on one rank, sleeps in ``on_train_step_end`` of one step (until ``release`` exists, at most
+  ``seconds``): a rank stuck in Python code while the other ranks wait in the next step's collective.
 - ``NanLossOnRank``: on one rank, from one step on, the train step's loss becomes NaN before msmon's callback
-  reads it (mindformers' own monitors run before it): a rank whose loss diverges while rank 0 stays finite.
+  reads it: a rank whose loss diverges while rank 0 stays finite.
+- ``DumpOutputs``: writes each step's train-step outputs (as floats) to ``logs/outputs.jsonl`` of the run directory
+  (JSON lines, rank 0), the optimizer's parameter names first: what msmon must record, read independently of msmon.
+- ``GrowBlock``: from one step on, makes block ``block``'s gradients grow by ``factor`` per step without changing
+  what the network computes: it divides some of the block's weights by the factor and multiplies the weights that
+  undo it (the legacy attention's wq/wk and wv/wo and its ffn's w3/w2; the mcore linear_qkv, whose query and key
+  are normalised by the qk layer norms, and linear_proj). A weight divided by c has c times its gradient.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from mindspore.train import Callback
@@ -22,13 +31,16 @@ def this_rank() -> int:
 
 
 class SleepOnRank(Callback):
-    def __init__(self, rank: int = 1, step: int = 20, seconds: float = 30.0, **_: Any) -> None:
+    def __init__(self, rank: int = 1, step: int = 20, seconds: float = 30.0, release: str = "", **_: Any) -> None:
         super().__init__()
-        self.rank, self.step, self.seconds = rank, step, seconds
+        self.rank, self.step, self.seconds, self.release = rank, step, seconds, release
 
     def on_train_step_end(self, run_context: Any) -> None:
-        if this_rank() == self.rank and run_context.original_args().cur_step_num == self.step:
-            time.sleep(self.seconds)  # the frame the stall alert names
+        if this_rank() != self.rank or run_context.original_args().cur_step_num != self.step:
+            return
+        end = time.monotonic() + self.seconds
+        while time.monotonic() < end and not (self.release and os.path.exists(self.release)):
+            time.sleep(0.1)  # the frame the stall alert names
 
 
 class NanLossOnRank(Callback):
@@ -46,3 +58,60 @@ class NanLossOnRank(Callback):
         outputs = list(cb_params.net_outputs)
         outputs[0] = ms.Tensor(np.float32("nan"))
         cb_params.net_outputs = tuple(outputs)
+
+
+class DumpOutputs(Callback):
+    def __init__(self, **_: Any) -> None:
+        super().__init__()
+        # msmon points mindformers' outputs at <run dir>/logs/output: the file goes beside them
+        self.path = Path(os.environ["LOCAL_DEFAULT_PATH"]).parent / "outputs.jsonl"
+        self.named = False
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        if this_rank() != 0:
+            return
+        params = run_context.original_args()
+        with self.path.open("a", encoding="utf-8") as handle:
+            if not self.named:
+                self.named = True
+                names = [p.name for p in params.train_network.optimizer.parameters]
+                handle.write(json.dumps({"names": names}) + "\n")
+            outputs = [_floats(o) for o in params.net_outputs]
+            handle.write(json.dumps({"step": params.cur_step_num, "outputs": outputs}) + "\n")
+
+
+def _floats(value: Any) -> list[float]:
+    """A Tensor (or a tuple of them) as a flat list of floats."""
+    if isinstance(value, (tuple, list)):
+        return [x for item in value for x in _floats(item)]
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    return [float(x) for x in value.asnumpy().reshape(-1)]
+
+
+#: (divided, multiplied) weight pairs of a block whose product the network computes with.
+GROW_PAIRS = {
+    "legacy": [("attention.wq", "attention.wk"), ("attention.wv", "attention.wo"),
+               ("feed_forward.w3", "feed_forward.w2")],
+    "mcore": [("self_attention.linear_qkv", "self_attention.linear_proj")],
+}
+GROW_PREFIX = {"legacy": "model.layers.{block}.", "mcore": "decoder.layers.{block}."}
+
+
+class GrowBlock(Callback):
+    def __init__(self, model: str = "legacy", block: int = 1, step: int = 150, factor: float = 1.04, **_: Any) -> None:
+        super().__init__()
+        self.model, self.block, self.step, self.factor = model, block, step, factor
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        params = run_context.original_args()
+        if params.cur_step_num < self.step:
+            return
+        import mindspore as ms
+
+        weights = {p.name: p for p in params.train_network.optimizer.parameters}
+        prefix = GROW_PREFIX[self.model].format(block=self.block)
+        for divided, multiplied in GROW_PAIRS[self.model]:
+            for name, scale in ((divided, 1 / self.factor), (multiplied, self.factor)):
+                weight = weights[f"{prefix}{name}.weight"]
+                weight.set_data(ms.Tensor(weight.asnumpy() * scale))

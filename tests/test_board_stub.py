@@ -209,24 +209,70 @@ def test_no_shell_string_from_user_input(env: dict[str, str], tmp_path: Path) ->
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 0), (signal.SIGTERM, ExitCode.INTERRUPTED_SIGTERM)])
 def test_foreground_stops_the_child_on_signal(env: dict[str, str], sig: int, code: int) -> None:
     stub(env, "mindinsight", SERVING)
-    proc = subprocess.Popen([*MSMON, "board", "start", "logs", "--port", "0"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc, pid = foreground(env)
     try:
-        lines = []
-        while not any("Ctrl-C" in ln for ln in lines):
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read()
-            lines.append(line)
-        pid = int(re.search(r"pid (\d+)", "".join(lines)).group(1))
-        assert psutil.pid_exists(pid)
         proc.send_signal(sig)
-        assert proc.wait(timeout=30) == code
+        assert proc.wait(timeout=120) == code
         assert "stopped" in proc.stdout.read()
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert records(env) == []  # a foreground board is never recorded
     finally:
-        proc.kill()
-        proc.wait()
+        end_foreground(proc, pid)
+
+
+def foreground(env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
+    """`msmon board start logs` in the foreground, once it printed the board's pid and "press Ctrl-C"."""
+    proc = subprocess.Popen([*MSMON, "board", "start", "logs", "--port", "0"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    while not any("Ctrl-C" in ln for ln in lines):
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError(f"msmon board start ended before the board answered: {''.join(lines)}")
+        lines.append(line)
+    return proc, int(re.search(r"pid (\d+)", "".join(lines)).group(1))
+
+
+def end_foreground(proc: subprocess.Popen[str], pid: int) -> None:
+    """Pass or fail: msmon and every process of the board are gone after the test."""
+    proc.kill()
+    proc.wait()
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except OSError:
+        pass
+
+
+#: A board whose server ignores SIGINT (only SIGKILL ends it) and says when the stop began.
+STUBBORN = """#!/bin/sh
+port=""
+while [ $# -gt 0 ]; do case "$1" in --port) port="$2"; shift;; esac; shift; done
+cd "$STUB_ROOT" && exec "$STUB_PYTHON" -c '
+import http.server, os, signal, sys
+signal.signal(signal.SIGINT, lambda *_: open(os.environ["STUB_PIDFILE"], "w").write("stopping"))
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+' "$port"
+"""
+
+
+def test_a_second_signal_while_the_board_stops_still_stops_it(env: dict[str, str]) -> None:
+    """SIGTERM, then another SIGTERM while msmon is stopping a board that ignores SIGINT: msmon still ends the board
+    (SIGKILL after the grace period) and exits 143 (a signal handler that raised would have left it running)."""
+    stub(env, "mindinsight", STUBBORN)
+    proc, pid = foreground(env)
+    stopping = Path(env["STUB_PIDFILE"])
+    try:
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while not stopping.exists():  # the board got msmon's SIGINT: the stop is under way
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == ExitCode.INTERRUPTED_SIGTERM
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        end_foreground(proc, pid)
 
 
 def test_board_dir_from_config_and_project_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -476,3 +476,47 @@ def test_mlflow_close_sends_results_and_status_in_one_batch_then_ends_the_run(ba
         backend.close("failed")
         assert calls == [("batch", {"final_loss": 0.5, "steps": 20.0}, {"msmon.status": "failed"}),
                          ("terminated", "FAILED")]
+
+
+def test_mlflow_close_costs_two_requests_to_the_server(tmp_path: Path) -> None:
+    """The real MlflowClient against a server that records each request: closing is the results batch and the end
+    state, nothing else (MLflow's own set_terminated fetched the run first to print its URL: a third request that a
+    loaded CI server timed out, leaving the run RUNNING after msmon's run completed)."""
+    import threading
+    from dataclasses import replace
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from msmon.engine.backends.mlflow import MlflowBackend
+
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(f"{self.command} {self.path.split('?')[0].rsplit('/mlflow/', 1)[-1]}")
+            if self.headers.get("Content-Length"):
+                self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_GET = do_POST = _answer  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        s = settings(tmp_path)
+        s = replace(s, mlflow=replace(s.mlflow, tracking_uri=f"http://127.0.0.1:{server.server_address[1]}"))
+        backend = MlflowBackend(tmp_path, s, None)
+        backend.prepare()
+        from mlflow import MlflowClient
+
+        backend._client, backend._run_id = MlflowClient(tracking_uri=s.mlflow.tracking_uri), "run-1"
+        backend.close("completed")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["POST runs/log-batch", "POST runs/update"]

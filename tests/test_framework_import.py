@@ -66,3 +66,38 @@ def test_an_auto_register_check_without_deep_says_it_too(tmp_path: Path, broken_
     config = write_quickstart_config(tmp_path, overrides={"model.arch.auto_register": "my_model.MyLlama"})
     result = run_msmon("validate", str(config), "--json", cwd=tmp_path, env=broken_mindformers, timeout=300)
     assert result.code == 1 and [f["code"] for f in json.loads(result.stdout)["findings"]] == ["MS704"]
+
+
+LOAD_REGISTRIES = ("import json, sys; from msmon.validate.registry import load_builtins; "
+                   "names = load_builtins().names; "
+                   "print(json.dumps({'imported': 'mindformers' in sys.modules, "
+                   "'sizes': {k: len(v) for k, v in names.items()}}))")
+
+
+def test_the_registries_are_imported_once_then_read_from_the_cache(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MSMON_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", LOAD_REGISTRIES], env=env, capture_output=True,
+                                      text=True, check=True, timeout=300).stdout.splitlines()[-1]) for _ in range(2)]
+    assert [run["imported"] for run in runs] == [True, False]
+    assert runs[0]["sizes"] == runs[1]["sizes"] and runs[0]["sizes"]["mindformers registry"] > 100
+    assert len(list((tmp_path / "cache" / "registry").glob("*.json"))) == 1
+
+
+def test_an_edited_source_file_of_a_registry_package_gets_a_new_cache_entry(tmp_path: Path, monkeypatch) -> None:
+    from msmon.validate import registry
+
+    package = tmp_path / "site" / "fake_registry_pkg"
+    package.mkdir(parents=True)
+    module = package / "__init__.py"
+    module.write_text("NAMES = []\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(registry, "REGISTRY_PACKAGES", ("fake_registry_pkg",))
+    monkeypatch.setenv("MSMON_CACHE_DIR", str(tmp_path / "cache"))
+    before = registry._cache_file()
+    assert before == registry._cache_file() and before.parent == tmp_path / "cache" / "registry"
+    stat = module.stat()
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert registry._cache_file() != before

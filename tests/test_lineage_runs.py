@@ -1,136 +1,79 @@
-"""Runs compared where users already look: real `msmon run`s of both quickstarts (three learning rates on the
-legacy Llama, one mcore Qwen3, one interrupted), read back by MindInsight's REST API (a real `mindinsight start`:
-Lineage Analysis and the hyperparameter-importance endpoint), TensorBoard's event reader and HParams plugin
-metadata, and a real MLflow server."""
+"""Runs compared where users already look: the canonical runs (tests/canonical.py) of both quickstarts (three
+learning rates on the legacy Llama, one mcore Qwen3, one interrupted), read back by MindInsight's REST API (the
+session's real `mindinsight start`: Lineage Analysis and the hyperparameter-importance endpoint), TensorBoard's
+event reader and HParams plugin metadata, and the session's real MLflow server."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from canonical import PROJECT, git_commit, session_mindinsight, session_mlflow
 from conftest import run_msmon
-from engine_support import MindInsightServer, MlflowServer, post_json, wait_until
-from helpers_training import QUICKSTART_QWEN3, write_quickstart_config
+from engine_support import get_json, post_json, wait_until
 
 from msmon.compat import marshmallow_breaks_mindinsight_search, package_version, pandas_breaks_mindinsight_lineage
 
-pytestmark = [pytest.mark.training, pytest.mark.board]
+pytestmark = [pytest.mark.board]
 
-PROJECT = "lineage"
-STEPS, INTERVAL = 40, 10
-RATES = {"lr_1e-3": 1e-3, "lr_5e-3": 5e-3, "lr_2e-2": 2e-2}
-QWEN3 = "qwen3_mcore"
-INTERRUPTED = "interrupted_run"
+RATES = {"lr_1e_3": 1e-3, "completed_legacy": 5e-3, "lr_2e_2": 2e-2}
+QWEN3 = "completed_mcore"
+INTERRUPTED = "interrupted_legacy"
 #: The filter MindInsight's own Lineage Analysis page sends (its ui/dist tableFilter).
 PAGE_FILTER = {"lineage_type": {"in": ["model"]}, "sorted_name": "summary_dir", "sorted_type": "ascending"}
 PANDAS_2 = pandas_breaks_mindinsight_lineage(package_version("pandas"))
 MARSHMALLOW_4 = marshmallow_breaks_mindinsight_search(package_version("marshmallow"))
 
 
-def _env(root: Path) -> dict[str, str]:
-    return {"MSMON_HOME": str(root / "home"), "MSMON_CACHE_DIR": str(root / "cache")}
-
-
-def _config(root: Path, name: str, mlflow_url: str, **kwargs: Any) -> Path:
-    directory = root / "configs" / name
-    directory.mkdir(parents=True)
-    return write_quickstart_config(
-        directory, run_name=name, project_name=PROJECT, save_dir=str(root / "monitor_logs"),
-        monitor_type=["file", "mindinsight", "tensorboard", "mlflow"], log_interval=INTERVAL,
-        mlflow={"tracking_uri": mlflow_url, "timeout_s": 30.0}, **kwargs,  # the test server under CI load: 10 s was hit
-    )
-
-
-def _git_repository(root: Path) -> str:
-    """The runs start in a git repository: its HEAD is the commit MLflow must show."""
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    (root / "README").write_text("lineage test\n")
-    subprocess.run([*git, "add", "README"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
-    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _interrupt(root: Path, config: Path, run_dir: Path) -> int:
-    """`msmon run` of 400 steps, SIGINT once the first record is written."""
-    env = {**_env(root), "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "msmon", "run", str(config)], cwd=root, env={**os.environ, **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        assert wait_until(lambda: (run_dir / "metrics.jsonl").stat().st_size > 0 or proc.poll() is not None, 300)
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    root = tmp_path_factory.mktemp("lineage")
-    commit = _git_repository(root)
-    mlflow = MlflowServer(root / "mlflow")
-    mindinsight = None
-    try:
-        results = {}
-        for name, lr in RATES.items():
-            config = _config(root, name, mlflow.url, steps=STEPS, overrides={"lr_schedule.learning_rate": lr})
-            results[name] = run_msmon("run", str(config), cwd=root, env=_env(root), timeout=600)
-        config = _config(root, QWEN3, mlflow.url, steps=STEPS, source=QUICKSTART_QWEN3)
-        results[QWEN3] = run_msmon("run", str(config), cwd=root, env=_env(root), timeout=600)
-        config = _config(root, INTERRUPTED, mlflow.url, steps=400)
-        interrupted_code = _interrupt(root, config, root / "monitor_logs" / PROJECT / INTERRUPTED)
-        mindinsight = MindInsightServer(root / "monitor_logs" / PROJECT)
-        yield {"root": root, "results": results, "mlflow": mlflow, "mindinsight": mindinsight, "commit": commit,
-               "interrupted_code": interrupted_code}
-    finally:
-        if mindinsight is not None:
-            mindinsight.stop()
-        mlflow.stop()
+@pytest.fixture
+def runs(canonical) -> dict[str, Any]:
+    """The five runs, built (once per session) before any board reads them."""
+    return {name: canonical(name) for name in (*RATES, QWEN3, INTERRUPTED)}
 
 
 def run_dir(runs: dict[str, Any], name: str) -> Path:
-    return runs["root"] / "monitor_logs" / PROJECT / name
+    return runs[name].run_dir
 
 
 def records(runs: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir(runs, name) / "metrics.jsonl").read_text().splitlines()]
+    return runs[name].records()
 
 
-def lineages(runs: dict[str, Any], count: int) -> dict[str, dict[str, Any]]:
-    """MindInsight's Lineage Analysis list (POST /lineagemgr/lineages), train_id -> model_lineage."""
-    url = f"{runs['mindinsight'].url}/lineagemgr/lineages"
+def lineages(names: list[str]) -> dict[str, dict[str, Any]]:
+    """MindInsight's Lineage Analysis list (POST /lineagemgr/lineages), train_id -> model_lineage, once every run of
+    ``names`` is listed with its end state."""
+    url = f"{session_mindinsight()}/lineagemgr/lineages"
 
     def listed() -> dict[str, dict[str, Any]] | None:
         objects = post_json(url, {}, timeout=30)["object"]
         found = {o["summary_dir"]: o["model_lineage"] for o in objects}
-        done = all(v["user_defined"].get("status") not in (None, "running") for v in found.values())
-        return found if len(found) == count and done else None
+        wanted = [found.get(f"./{name}") for name in names]
+        done = all(v is not None and v["user_defined"].get("status") not in (None, "running") for v in wanted)
+        return found if done else None
 
-    found = wait_until(listed, 90, interval=1)
+    found = wait_until(listed, 120, interval=1)
     assert found, post_json(url, {}, timeout=30)
     return found
 
 
+ALL = [*RATES, QWEN3, INTERRUPTED]
+
+
 def test_every_run_ended_as_expected(runs: dict[str, Any]) -> None:
-    for name, result in runs["results"].items():
-        assert result.code == 0, (name, result.stderr[-3000:])
-        assert [r["step"] for r in records(runs, name)] == list(range(INTERVAL, STEPS + 1, INTERVAL))
-    assert runs["interrupted_code"] == 130
+    for name in (*RATES, QWEN3):
+        run = runs[name]
+        assert run.code == 0, (name, run.output[-3000:])
+        assert [r["step"] for r in records(runs, name)] == list(range(run.log_interval, run.steps + 1,
+                                                                       run.log_interval))
+    assert runs[INTERRUPTED].code == 130
     assert json.loads((run_dir(runs, INTERRUPTED) / "run.json").read_text())["status"] == "interrupted"
 
 
 def test_mindinsight_lineage_lists_every_run_with_its_learning_rate_and_final_loss(runs: dict[str, Any]) -> None:
-    found = lineages(runs, len(RATES) + 2)
+    found = lineages(ALL)
     for name, lr in RATES.items():
         lineage = found[f"./{name}"]
         # the lineage proto holds loss and learning_rate as float32: MindInsight returns 6.417086 for 6.417086124420166
@@ -138,18 +81,18 @@ def test_mindinsight_lineage_lists_every_run_with_its_learning_rate_and_final_lo
         assert lineage["learning_rate"] == pytest.approx(lr, rel=1e-12)
         assert lineage["loss"] == final and lineage["metric"]["final_loss"] == final
         assert lineage["metric"]["best_loss"] == pytest.approx(min(r["loss"] for r in records(runs, name)), rel=1e-6)
-        assert lineage["metric"]["steps"] == STEPS and lineage["user_defined"]["status"] == "completed"
+        assert lineage["metric"]["steps"] == runs[name].steps and lineage["user_defined"]["status"] == "completed"
         assert (lineage["optimizer"], lineage["batch_size"], lineage["epoch"], lineage["device_num"]) == (
             "AdamW", 2, 1, 1)
         assert lineage["network"] == "LlamaForCausalLM" and lineage["user_defined"]["num_layers"] == 2
         assert lineage["train_dataset_path"].endswith("quickstart-v1.mindrecord")
     interrupted = found[f"./{INTERRUPTED}"]
     assert interrupted["user_defined"]["status"] == "interrupted"
-    assert interrupted["metric"]["steps"] == records(runs, INTERRUPTED)[-1]["step"] < 400
+    assert interrupted["metric"]["steps"] == records(runs, INTERRUPTED)[-1]["step"] < runs[INTERRUPTED].steps
 
 
 def test_mindinsight_reads_the_mcore_hyperparameters(runs: dict[str, Any]) -> None:
-    lineage = lineages(runs, len(RATES) + 2)[f"./{QWEN3}"]
+    lineage = lineages(ALL)[f"./{QWEN3}"]
     assert lineage["network"] == "Qwen3ForCausalLM" and lineage["learning_rate"] == 5e-3
     assert {k: lineage["user_defined"][k] for k in ("num_layers", "num_heads", "num_kv_heads", "hidden_size",
                                                     "intermediate_size", "vocab_size", "seq_length", "param_dtype",
@@ -161,18 +104,19 @@ def test_mindinsight_reads_the_mcore_hyperparameters(runs: dict[str, Any]) -> No
 
 @pytest.mark.xfail(MARSHMALLOW_4, strict=True, reason="MindInsight 2.3.1's validators lack marshmallow 4's data_key")
 def test_mindinsight_lineage_page_search_answers(runs: dict[str, Any]) -> None:
-    lineages(runs, len(RATES) + 2)
-    answer = post_json(f"{runs['mindinsight'].url}/lineagemgr/lineages", PAGE_FILTER, timeout=30)
-    assert [o["summary_dir"] for o in answer["object"]] == sorted(f"./{n}" for n in [*RATES, QWEN3, INTERRUPTED])
+    lineages(ALL)
+    answer = post_json(f"{session_mindinsight()}/lineagemgr/lineages", PAGE_FILTER, timeout=30)
+    listed = [o["summary_dir"] for o in answer["object"]]
+    assert listed == sorted(listed) and {f"./{n}" for n in ALL} <= set(listed)
     assert {"metric/final_loss", "user_defined/num_layers"} <= set(answer["customized"])
 
 
 @pytest.mark.xfail(PANDAS_2 or MARSHMALLOW_4, strict=True, reason="MindInsight 2.3.1 needs pandas < 2 (it calls "
                    "DataFrame.iteritems) and marshmallow < 4; the constraints pin pandas 1.5.3, marshmallow 3.26.2")
 def test_mindinsight_hyperparameter_importance_answers(runs: dict[str, Any]) -> None:
-    lineages(runs, len(RATES) + 2)
+    lineages(ALL)
     with_lr = {"summary_dir": {"in": [f"./{name}" for name in RATES]}}
-    answer = post_json(f"{runs['mindinsight'].url}/optimizer/targets/search", with_lr, timeout=60)
+    answer = post_json(f"{session_mindinsight()}/optimizer/targets/search", with_lr, timeout=60)
     assert answer["metadata"]["train_ids"] and sorted(answer["metadata"]["train_ids"]) == sorted(
         f"./{name}" for name in RATES)
     targets = {t["name"]: t for t in answer["targets"]}
@@ -207,7 +151,7 @@ def test_tensorboard_reads_the_hparams_of_every_run(runs: dict[str, Any]) -> Non
         assert hparams["model"] == "LlamaForCausalLM" and hparams["lr_schedule"] == "CosineWithWarmUpLR"
         assert end.status == api_pb2.STATUS_SUCCESS
         final = records(runs, name)[-1]["loss"]
-        assert scalars["final_loss"] == [pytest.approx(final, rel=1e-6)] and scalars["steps"] == [STEPS]
+        assert scalars["final_loss"] == [pytest.approx(final, rel=1e-6)] and scalars["steps"] == [runs[name].steps]
     hparams, _, _ = _tensorboard(run_dir(runs, QWEN3))
     assert (hparams["num_layers"], hparams["num_kv_heads"], hparams["model"]) == (2, 2, "Qwen3ForCausalLM")
     _, end, _ = _tensorboard(run_dir(runs, INTERRUPTED))
@@ -215,11 +159,12 @@ def test_tensorboard_reads_the_hparams_of_every_run(runs: dict[str, Any]) -> Non
 
 
 def test_mlflow_returns_params_tags_and_results(runs: dict[str, Any]) -> None:
-    server = runs["mlflow"]
-    experiment = server.api("experiments/get-by-name", experiment_name=PROJECT)["experiment"]["experiment_id"]
-    found = post_json(f"{server.url}/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment]}, timeout=30)
+    url = session_mlflow()
+    experiment = get_json(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name={PROJECT}")
+    found = post_json(f"{url}/api/2.0/mlflow/runs/search",
+                      {"experiment_ids": [experiment["experiment"]["experiment_id"]], "max_results": 1000}, timeout=30)
     by_name = {run["info"]["run_name"]: run for run in found["runs"]}
-    assert set(by_name) == {*RATES, QWEN3, INTERRUPTED}
+    assert set(by_name) >= set(ALL)
     versions = {name: package_version(name) for name in ("msmon", "mindspore", "mindformers")}
     for name, lr in RATES.items():
         run = by_name[name]
@@ -231,10 +176,10 @@ def test_mlflow_returns_params_tags_and_results(runs: dict[str, Any]) -> None:
         closing = {key: json.loads((run_dir(runs, name) / "run.json").read_text()).get(key)
                    for key in ("backends", "backends_failed_to_close")}  # why, if the end state is missing
         assert (tags["msmon.status"], run["info"]["status"]) == ("completed", "FINISHED"), closing
-        assert tags["mlflow.source.git.commit"] == runs["commit"]
+        assert tags["mlflow.source.git.commit"] == git_commit()
         assert {k: tags[f"msmon.{k}_version"] for k in versions} == versions
         assert metrics["final_loss"] == pytest.approx(records(runs, name)[-1]["loss"], rel=1e-6)
-        assert metrics["steps"] == STEPS
+        assert metrics["steps"] == runs[name].steps
     qwen3 = {p["key"]: p["value"] for p in by_name[QWEN3]["data"]["params"]}
     assert (qwen3["hp.num_layers"], qwen3["hp.num_kv_heads"], qwen3["hp.model"]) == ("2", "2", "Qwen3ForCausalLM")
     interrupted = by_name[INTERRUPTED]

@@ -170,3 +170,21 @@ def test_runs_and_status_show_every_rank(save: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "msmon", "status", str(save)], capture_output=True, text=True,
                              env=env, timeout=60)
     assert missing.returncode == 1 and "not a run directory" in missing.stderr
+
+
+def test_the_ending_names_the_previous_run_of_the_project_to_compare_with(tmp_path: Path) -> None:
+    """The run of the same project that started last before this one (another project's newer run is not it)."""
+    from msmon.ops.runs import previous_run
+    from msmon.view.ending import NextCommands, next_lines
+    from msmon.view.series import load_run
+
+    save = tmp_path / "monitor_logs"
+    make_run(save, "p", "first", started_ago=3000)
+    make_run(save, "p", "second", started_ago=2000)
+    make_run(save, "other", "newer", started_ago=1500)
+    loud = make_run(save, "p", "loud", started_ago=1000)
+    previous = previous_run(save, loud)
+    assert previous == save / "p" / "second"
+    lines = next_lines(load_run(loud), NextCommands(previous=previous), cwd=tmp_path)
+    assert "  msmon compare monitor_logs/p/second monitor_logs/p/loud   # against the previous run" in lines
+    assert previous_run(save, save / "p" / "first") is None

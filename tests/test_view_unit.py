@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import require_tool, run_msmon
+from launch import pty_chunks
 
 from msmon.errors import MsmonError
 from msmon.util.jsonfiles import read_jsonl
@@ -351,7 +352,6 @@ def run_in_pty(argv: list[str], env: dict[str, str], columns: int = 120, rows: i
     """Run a child with its stdin/stdout/stderr on a new pseudo-terminal; return everything it wrote."""
     import fcntl
     import pty
-    import select
     import struct
     import termios
 
@@ -359,19 +359,8 @@ def run_in_pty(argv: list[str], env: dict[str, str], columns: int = 120, rows: i
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True, cwd=cwd)
     os.close(slave)
-    out = b""
     try:
-        while True:
-            ready, _, _ = select.select([master], [], [], timeout)
-            if not ready:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        out = b"".join(pty_chunks(master, idle_timeout_s=timeout))
     finally:
         proc.kill() if proc.poll() is None else None
         proc.wait(timeout=30)
@@ -413,7 +402,7 @@ def test_live_panel_stays_at_the_bottom_in_tmux(tmp_path: Path) -> None:
     try:
         import time
 
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         screen = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True).stdout
