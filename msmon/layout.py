@@ -10,6 +10,7 @@ from pathlib import Path
 RUN_JSON = "run.json"
 CONFIG_SNAPSHOT = "config.yaml"
 RESOLVED_MONITOR = "monitor_config.resolved.yaml"
+MINDFORMERS_YAML = "mindformers.yaml"  # the config the training loads (msmon.config.mindformers_yaml)
 METRICS = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 ALERTS = "alerts.jsonl"

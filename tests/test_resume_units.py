@@ -268,6 +268,8 @@ def test_msmon_resume_reads_the_recorded_command_with_msmon_runs_own_parser() ->
     assert options["max_restarts"] == 3 and options["master_port"] == 9000 and options["config"] == "c.yaml"
     with pytest.raises(MsmonError, match="not an `msmon run` command"):
         recorded_options(["msmon", "validate", "c.yaml"])
+    flagged = recorded_options(["msmon", "run", "c.yaml", "--run_mode", "finetune", "--plain", "--seed=3"])
+    assert flagged["overrides"] == ["--run_mode", "finetune", "--seed=3"]  # run_mindformer.py's flags, kept
 
 
 def test_every_attempt_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

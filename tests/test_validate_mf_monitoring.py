@@ -149,16 +149,26 @@ def test_ms008_shared_directory_warns_and_a_dump_directory_of_its_own_is_fine(
     assert found(write(tmp_path, {"monitor_on": True, "dump_path": "afile"}), "MS008")[0].is_error
 
 
-@pytest.mark.parametrize("monitor", [{"monitor_on": True}, {"monitor_on": True, "dump_path": None}])
-def test_ms008_monitor_on_without_a_dump_path_string(tmp_path: Path, monitor: dict) -> None:
-    # measured: mindformers 1.9 under msmon ends in "TypeError: set_dump_local_norm_path(): incompatible function
-    # arguments" (the template's ./dump default applies only to a YAML mindformers loads itself)
-    path = write(tmp_path, monitor)
+def test_ms008_monitor_on_with_a_null_dump_path(tmp_path: Path) -> None:
+    # measured: mindformers 1.9 ends in "TypeError: set_dump_local_norm_path(): incompatible function arguments"
+    path = write(tmp_path, {"monitor_on": True, "dump_path": None})
     (finding,) = found(path, "MS008")
     assert finding.is_error and "TypeError" in finding.message and "dump_path: ''" in finding.hint
-    assert finding.line == line_of(path, "dump_path" if "dump_path" in monitor else "monitor_on")
+    assert finding.line == line_of(path, "dump_path")
     codes = {f.code for f in validate_config(write(tmp_path, {"monitor_on": True, "dump_path": ""})).findings}
     assert not codes & {"MS008", "MS605"}  # '' = no dumps: no TensorDump either, so it runs on CPU
+
+
+def test_without_a_dump_path_the_templates_dump_directory_is_checked(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """mindformers' template gives monitor_config.dump_path its default ./dump (the training loads the template)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dump" / "rank_0").mkdir(parents=True)
+    (tmp_path / "dump" / "rank_0" / "weights.ckpt").write_bytes(b"weights")
+    path = write(tmp_path, {"monitor_on": True})
+    codes = {f.code: f for f in validate_config(path).findings}
+    assert "weights.ckpt" in codes["MS008"].message  # the default directory holds other data: it would be wiped
+    assert codes["MS605"].is_error  # and on CPU the dumps it enables have no kernel
 
 
 def test_ms009_nan_check_stops_before_msmon_sees_the_step(tmp_path: Path) -> None:
@@ -171,11 +181,11 @@ def test_ms009_nan_check_stops_before_msmon_sees_the_step(tmp_path: Path) -> Non
 
 
 def test_ms009_global_norm_spikes_stop_or_skip_and_msmon_alerts(tmp_path: Path) -> None:
-    monitor = {"monitor_on": True, "dump_path": None, "check_for_global_norm": True, "global_norm_spike_threshold": 5.0}
+    monitor = {"monitor_on": True, "dump_path": "", "check_for_global_norm": True, "global_norm_spike_threshold": 5.0}
     (stop,) = found(write(tmp_path, monitor), "MS009")
     assert "stops the run (RuntimeError 'TREError') at the first global norm >= 5" in stop.message
     assert "grad_explosion detector (alert, absolute threshold 5)" in stop.message
-    skip_monitor = {"monitor_on": True, "dump_path": None, "global_norm_spike_threshold": 2.0,
+    skip_monitor = {"monitor_on": True, "dump_path": "", "global_norm_spike_threshold": 2.0,
                     "global_norm_spike_count_threshold": 4}
     (skip,) = found(write(tmp_path, skip_monitor, use_skip_data_by_global_norm=True), "MS009")
     assert "skips the update of every step whose global norm >= 2 and stops the run after 4 skips" in skip.message

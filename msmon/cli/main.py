@@ -5,7 +5,21 @@ from __future__ import annotations
 import typer
 
 from msmon import __version__
-from msmon.cli import backup, board, clean, compare, doctor, replay, report, resume, run, runs, status, validate
+from msmon.cli import (
+    backup,
+    board,
+    clean,
+    compare,
+    doctor,
+    export,
+    replay,
+    report,
+    resume,
+    run,
+    runs,
+    status,
+    validate,
+)
 
 app = typer.Typer(
     name="msmon",
@@ -30,7 +44,7 @@ def _root(
     """Launch, validate and watch MindSpore Transformers (mindformers) training runs."""
 
 
-for module in (validate, run, resume, board, backup, runs, status, clean, replay, report, compare, doctor):
+for module in (validate, run, export, resume, board, backup, runs, status, clean, replay, report, compare, doctor):
     module.register(app)
 
 

@@ -29,13 +29,13 @@ def register(app: typer.Typer) -> None:
 
 def recorded_options(command: list[str]) -> dict[str, Any]:
     """The parameters of the ``msmon run ...`` command line ``command`` (run.json's), by `msmon run`'s parser."""
-    from msmon.cli.run import run
+    from msmon.cli.run import WITH_LAUNCH_FLAGS, run
 
     if command[1:2] != ["run"] or len(command) < 3:
         raise MsmonError(f"run.json's command is not an `msmon run` command: {' '.join(command) or 'none'}",
                          "resume it with msmon run CONFIG --resume")
     probe = typer.Typer()
-    probe.command()(run)
+    probe.command(context_settings=WITH_LAUNCH_FLAGS)(run)
     parser = typer.main.get_command(probe)
     with parser.make_context("run", list(command[2:]), resilient_parsing=True) as context:
         return dict(context.params)
@@ -70,7 +70,8 @@ def resume(
     exit codes as `msmon run` (1: nothing to resume, or the checkpoint does not fit)."""
     from msmon import layout
     from msmon.cli.run import launch
-    from msmon.runner.checkpoints import override_value
+    from msmon.config.launch_flags import parse_launch_flags
+    from msmon.config.loader import override_value
     from msmon.runner.plan import RunRequest
     from msmon.runner.resume import recorded_info
 
@@ -83,7 +84,8 @@ def resume(
     options = recorded_options([str(part) for part in info.get("command") or []])
     here = {"monitor_config.save_dir": path.parent.parent, "monitor_config.project_name": path.parent.name,
             "monitor_config.run_name": path.name}
-    kept = [item for item in options.get("overrides") or [] if item.split("=", 1)[0] not in here]
+    recorded, flags = parse_launch_flags(options.get("overrides") or [])  # run_mindformer.py's flags as overrides
+    kept = [item for item in [*recorded, *flags.overrides] if item.split("=", 1)[0] not in here]
     overrides = [*kept, *(f"{key}={override_value(str(value))}" for key, value in here.items())]
     recorded_cwd = Path(str(info.get("cwd") or ""))
     if info.get("cwd") and recorded_cwd.is_dir():

@@ -17,8 +17,15 @@ if TYPE_CHECKING:
     from msmon.runner.plan import RunPlan, RunRequest
 
 
+#: run_mindformer.py's flags (``--load_checkpoint CKPT``, ...) reach the ``overrides`` argument, parsed there
+#: (msmon.config.launch_flags); `msmon run`, `msmon export` and the probe of `msmon resume` take them alike.
+WITH_LAUNCH_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
 def register(app: typer.Typer) -> None:
-    app.command("run")(run)
+    from msmon.config.launch_flags import help_text
+
+    app.command("run", epilog=help_text(), context_settings=WITH_LAUNCH_FLAGS)(run)
 
 
 def _say(line: str) -> None:
@@ -28,7 +35,8 @@ def _say(line: str) -> None:
 @handle_errors
 def run(
     config: str = typer.Argument(..., help="mindformers training YAML with a monitor_config section."),
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Dotlist overrides.",
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE | --run_mindformer_flag VALUE]...",
+                                          help="Dotlist overrides, and run_mindformer.py's flags (below).",
                                           autocompletion=config_keys),
     board: bool = typer.Option(False, "--board/--no-board", help="Start the board (MindInsight) beside training."),
     port: int = typer.Option(8080, "--port", help="Board port (0: a free one)."),
@@ -54,10 +62,16 @@ def run(
 ) -> None:
     """Train with the real mindformers Trainer, monitored; exit 0 ok, 1 invalid, 3 failed, 4 stopped by monitor,
     130/143 interrupted. --resume continues the run from its latest complete checkpoint."""
+    import os
+
+    from msmon.config.launch_flags import parse_launch_flags
     from msmon.runner.plan import RunRequest
 
+    plain_overrides, flags = parse_launch_flags(overrides or [])
+    if flags.register_path is not None:  # as run_mindformer.py does: every process started from here sees it
+        os.environ["REGISTER_PATH"] = str(Path(flags.register_path).absolute())
     request = RunRequest(
-        config=config, overrides=list(overrides or []), board=board, port=port, keep_board=keep_board,
+        config=config, overrides=[*plain_overrides, *flags.overrides], board=board, port=port, keep_board=keep_board,
         resume=resume, worker_num=worker_num, local_worker_num=local_worker_num, master_addr=master_addr,
         master_port=master_port, node_rank=node_rank, max_restarts=max_restarts, restart_backoff_s=restart_backoff,
         command=["msmon", *sys.argv[1:]],

@@ -6,8 +6,8 @@ for version-specific knowledge (docs/compatibility.md).
 - ``internals``: mindformers internals per release (train-step outputs, the per-gradient local norms, the mcore
   CPU patch points, the separate losses, how ``use_legacy`` is read, the ``monitor_config`` keys and their formats,
   which ranks hold the loss under pipeline stages, how ``MFLossMonitor`` corrects the loss of a parallel run);
-- ``resume``: resuming (the keys mindformers reads, the template default a dict config lacks, the CPU barrier for
-  a multi-rank resume).
+- ``resume``: resuming (the keys mindformers reads, the CPU barrier for a multi-rank resume);
+- ``template``: the defaults of mindformers' config template that msmon's checks reason about.
 
 Nothing here imports mindspore, mindformers or MindInsight.
 """
@@ -79,9 +79,9 @@ from msmon.compat.resume import (
     CPU_BARRIER_PATCHES,
     HYPER_PARAM_FILE,
     RESUME_VERIFIED,
-    TEMPLATE_DEFAULTS,
     resume_keys,
 )
+from msmon.compat.template import TEMPLATE_DUMP_PATH, TEMPLATE_SPIKE_THRESHOLD
 
 __all__ = [
     "REPORTED",
@@ -134,6 +134,8 @@ __all__ = [
     "known",
     "MONITOR_CONFIG_KEYS",
     "MONITOR_FORMAT_KEYS",
+    "TEMPLATE_DUMP_PATH",
+    "TEMPLATE_SPIKE_THRESHOLD",
     "MONITOR_FORMATS",
     "MONITORING_KEYS_ELSEWHERE",
     "monitor_config_keys",
@@ -143,7 +145,6 @@ __all__ = [
     "expected_world_size",
     "LossFix",
     "LOSS_FIX",
-    "TEMPLATE_DEFAULTS",
     "RESUME_VERIFIED",
     "HYPER_PARAM_FILE",
     "CPU_BARRIER_PATCHES",

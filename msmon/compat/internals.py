@@ -126,8 +126,8 @@ _MONITOR_KEYS_18 = frozenset(
     }
 )
 #: mindformers' own ``monitor_config`` keys per release (the ``MonitorConfig`` template of
-#: mindformers/tools/register/template.py): a YAML that mindformers loads itself raises ``KeyError`` on any other
-#: key there; the dict msmon builds skips that template, so an unknown key is silently ignored instead.
+#: mindformers/tools/register/template.py): mindformers raises ``KeyError`` on any other key there (msmon's keys
+#: are removed from the mindformers.yaml the training loads).
 MONITOR_CONFIG_KEYS: dict[str, frozenset[str]] = {
     "1.8.0": _MONITOR_KEYS_18,
     "1.9.0": _MONITOR_KEYS_18 | {"health_checkpoint"},  # 1.9 moves the global-norm spike threshold in here

@@ -1,6 +1,6 @@
-"""What msmon knows about resuming with mindformers 1.8-1.9: the keys it reads, the template default a dict config
-lacks, and where a multi-rank CPU resume waits on an op without a CPU kernel. Measured by training
-(tests/test_resume.py); nothing here imports mindspore or mindformers."""
+"""What msmon knows about resuming with mindformers 1.8-1.9: the keys it reads and where a multi-rank CPU resume
+waits on an op without a CPU kernel. Measured by training (tests/test_resume.py); nothing here imports mindspore
+or mindformers."""
 
 from __future__ import annotations
 
@@ -15,14 +15,6 @@ CPU_BARRIER_PATCHES: dict[str, tuple[Patch, ...]] = dict.fromkeys(("1.8.0", "1.9
     Patch("mindformers.trainer.utils", "barrier", "barrier"),
     Patch("mindformers.utils.load_checkpoint_utils", "barrier", "barrier"),
 ))
-
-#: Keys mindformers 1.8-1.9's Trainer reads as ``config.KEY`` whose default only its config template supplies. The
-#: template is applied to a YAML file (``MindFormerConfig(path)``), not to a dict such as msmon builds. Without
-#: ``use_legacy_format`` the CheckpointMonitor saves per-rank files (``config.get('use_legacy_format', True)``) but
-#: ``Trainer.train`` loads them the new way (``not config.use_legacy_format``): "No common.json found", "The
-#: resume_training must be a boolean value"; and 1.9 saves into ``checkpoint/checkpoint/rank_N`` instead of
-#: ``checkpoint/rank_N``.
-TEMPLATE_DEFAULTS: dict[str, Any] = {"use_legacy_format": True}
 
 #: mindformers releases whose resume keys below were proven by training (tests/test_resume.py, the 1.8 matrix).
 RESUME_VERIFIED: tuple[str, ...] = ("1.8.0", "1.9.0")

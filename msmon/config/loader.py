@@ -153,6 +153,14 @@ def _parse(text: str, where: str) -> DictConfig:
     return conf
 
 
+def override_value(value: Any) -> str:
+    """A value as an OmegaConf dotlist value (parsed as YAML): booleans and numbers bare, text in YAML's single
+    quotes (``'`` doubled) with OmegaConf's interpolation escaped (``\\${``)."""
+    if isinstance(value, bool | int | float):
+        return str(value)
+    return "'" + str(value).replace("'", "''").replace("${", "\\${") + "'"
+
+
 def apply_overrides(conf: DictConfig, overrides: list[str], where: str) -> set[str]:
     """Apply ``key=value`` dotlist overrides in place; return the dotted keys they set."""
     keys: set[str] = set()

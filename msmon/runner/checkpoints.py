@@ -20,6 +20,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.compat import HYPER_PARAM_FILE, RESUME_VERIFIED, package_version, resume_keys, use_legacy
+from msmon.config.loader import override_value
 from msmon.errors import ExitCode, MsmonError, describe
 from msmon.runner.checkpoint_files import FORMATS, CheckpointFile, Incomplete, read_checkpoint
 from msmon.util.mapping import dotted_get
@@ -155,14 +156,6 @@ def check_fits(point: ResumePoint, training: Mapping[str, Any], world_size: int,
                          f"the installed version is {version or 'unknown'}",
                          "set resume_training and load_checkpoint yourself and run without --resume",
                          ExitCode.INVALID)
-
-
-def override_value(value: Any) -> str:
-    """A value as an OmegaConf dotlist value (parsed as YAML): booleans and numbers bare, text in YAML's single
-    quotes (``'`` doubled) with OmegaConf's interpolation escaped (``\\${``)."""
-    if isinstance(value, bool | int | float):
-        return str(value)
-    return "'" + str(value).replace("'", "''").replace("${", "\\${") + "'"
 
 
 def resume_overrides(point: ResumePoint, run_dir: Path, training: Mapping[str, Any]) -> list[str]:

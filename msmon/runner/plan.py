@@ -10,8 +10,8 @@ from typing import Any
 from msmon import layout
 from msmon.compat import PipelineLayout, pipeline_layout
 from msmon.config.loader import LoadedConfig, load_config
+from msmon.config.mindformers_yaml import check_run_mode, mindformers_config
 from msmon.config.schema import MonitorSettings
-from msmon.config.split import split_monitor_config
 from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
@@ -56,7 +56,7 @@ class RunPlan:
     request: RunRequest
     loaded: LoadedConfig
     result: ValidationResult
-    training: dict[str, Any]
+    training: dict[str, Any]  # what mindformers gets: the run directory's mindformers.yaml
     run_dir: Path
     cwd: Path
     resume_point: ResumePoint | None = None  # --resume: the checkpoint the first attempt continues from
@@ -135,7 +135,8 @@ class RunPlan:
 def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfig, cwd: Path | None = None) -> RunPlan:
     """The plan of a valid run (creates nothing)."""
     cwd = (cwd or Path.cwd()).absolute()
-    training, _ = split_monitor_config(result.training)
+    training = mindformers_config(loaded)
+    check_run_mode(training)
     if request.worker_num:
         msrun.check_config(training, request)
     save_dir = Path(result.settings.save_dir).expanduser()

@@ -20,7 +20,7 @@ from msmon import layout
 from msmon.health import make_sinks
 from msmon.health.alert import Alert
 from msmon.health.monitor import stopping_detector
-from msmon.runner import attempts, results, runinfo
+from msmon.runner import attempts, results, rundir, runinfo
 from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, resume_overrides, training_layout
 from msmon.runner.results import RunResult
 from msmon.runner.training_process import TrainingProcess
@@ -102,8 +102,9 @@ class AttemptLoop:
             self.run.restarted()  # the rank watcher forgets the earlier attempt's ranks
         self.entry = attempts.begin(self.run.info, resumed_from=point.to_json() if point else None, reason=reason)
         overrides = list(self.plan.request.overrides)
-        if point is not None:
-            overrides += resume_overrides(point, self.run_dir, self.plan.training)
+        resuming = resume_overrides(point, self.run_dir, self.plan.training) if point is not None else []
+        overrides += resuming
+        rundir.write_mindformers_yaml(self.run_dir, self.plan.loaded, resuming)
         # a restart without a checkpoint trains from step 0 again: the backends still continue from there
         attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0)
         spec = {**self.base_spec, "overrides": overrides, "env": attempt.env()}

@@ -1,15 +1,20 @@
-"""The run directory: created atomically, the config snapshot as written, the resolved monitor_config."""
+"""The run directory: created atomically, the config snapshot as written, the resolved monitor_config, the config
+the training loads."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from msmon import layout
+from msmon.config.loader import LoadedConfig, apply_overrides
+from msmon.config.mindformers_yaml import mindformers_config, render
 from msmon.errors import MsmonError
 from msmon.util.atomic import atomic_write_text
 
@@ -67,3 +72,12 @@ def write_snapshot(run_dir: Path, text: str, monitor_config: Mapping[str, Any], 
     safe = redact(dict(monitor_config), raw_section)
     header = "# msmon's resolved monitor_config (environment interpolations are kept unresolved)\n"
     atomic_write_text(run_dir / RESOLVED_MONITOR, header + yaml.safe_dump(safe, sort_keys=False, allow_unicode=True))
+
+
+def write_mindformers_yaml(run_dir: Path, loaded: LoadedConfig, extra_overrides: Iterable[str] = ()) -> None:
+    """``mindformers.yaml``: what the next attempt's training loads (``extra_overrides``: the keys that resume it)."""
+    extra = list(extra_overrides)
+    if extra:
+        loaded = copy.deepcopy(loaded)
+        loaded.override_keys |= apply_overrides(loaded.conf, extra, loaded.where())
+    atomic_write_text(run_dir / layout.MINDFORMERS_YAML, render(mindformers_config(loaded)))

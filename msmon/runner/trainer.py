@@ -1,4 +1,5 @@
-"""Build the real mindformers Trainer from a training config (msmon's keys removed) and train."""
+"""Train with the real mindformers Trainer from the run directory's ``mindformers.yaml``, loaded and started the way
+``run_mindformer.py`` does (its ``main``: output path, context, Trainer, train), with msmon's callback added."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from msmon.compat import TEMPLATE_DEFAULTS, import_failure, use_legacy
+from msmon.compat import import_failure, use_legacy
 from msmon.config.datasets import is_generated
 from msmon.errors import MsmonError
 from msmon.runner import cpu_barrier
@@ -21,12 +22,6 @@ def use_output_dir(log_dir: Path) -> Path:
     output = (log_dir / "output").absolute()
     os.environ["LOCAL_DEFAULT_PATH"] = str(output)
     return output
-
-
-def prepare_output(training_config: dict[str, Any], log_dir: Path) -> dict[str, Any]:
-    """The config with ``output_dir`` (checkpoints, strategies) in ``log_dir/output`` too, and the defaults of
-    mindformers' config template that a config built from a dict lacks (``TEMPLATE_DEFAULTS``)."""
-    return {**TEMPLATE_DEFAULTS, **training_config, "output_dir": str(use_output_dir(log_dir))}
 
 
 def ensure_generated_data(training_config: Mapping[str, Any]) -> None:
@@ -69,17 +64,20 @@ def prepare_mcore(training_config: Mapping[str, Any]) -> None:
     apply_if_needed(training_config)
 
 
-def train(training_config: dict[str, Any], callbacks: list[Any], log_dir: Path) -> None:
-    """Train with the mindformers Trainer; ``training_config`` has msmon's keys already removed."""
-    config = prepare_output(training_config, log_dir)
-    ensure_generated_data(config)
+def train(config_path: Path, callbacks: list[Any], log_dir: Path) -> None:
+    """Train from ``config_path`` (``mindformers.yaml``: msmon's keys already removed) as run_mindformer.py would,
+    with mindformers' outputs (checkpoints, strategies, its logs) in ``log_dir/output``."""
     import_framework(log_dir)
-    prepare_mcore(config)
-    cpu_barrier.apply_if_needed(config)
     from mindformers import MindFormerConfig, Trainer
     from mindformers.core.context import build_context
+    from mindformers.utils.file_utils import set_output_path
 
-    mf_config = MindFormerConfig(**config)
-    build_context(mf_config)
-    trainer = Trainer(mf_config, callbacks=list(callbacks) or None)
+    config = MindFormerConfig(str(config_path))  # mindformers' config template applied, as for run_mindformer.py
+    config.output_dir = str(use_output_dir(log_dir))
+    ensure_generated_data(config)
+    prepare_mcore(config)
+    cpu_barrier.apply_if_needed(config)
+    set_output_path(config.output_dir)
+    build_context(config)
+    trainer = Trainer(config, callbacks=list(callbacks) or None)
     trainer.train()

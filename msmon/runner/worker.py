@@ -111,7 +111,7 @@ class Worker:
             import_framework(log_dir)
             self._open_session(settings, training)
             callbacks = [self.session.callback()] if self.session is not None else []
-            train(training, callbacks, log_dir)
+            train(self.run_dir / layout.MINDFORMERS_YAML, callbacks, log_dir)
         except KeyboardInterrupt:
             status = "interrupted"
         except Exception as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msmon.compat import MCORE_CPU_PATCHES, MCORE_CPU_UNSUPPORTED, package_version, use_legacy
+from msmon.compat import MCORE_CPU_PATCHES, MCORE_CPU_UNSUPPORTED, TEMPLATE_DUMP_PATH, package_version, use_legacy
 from msmon.config.metrics import MF_WRAPPERS
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
@@ -110,7 +110,8 @@ def _check_dump(ctx: CheckContext) -> list[Finding]:
     if ctx.get("monitor_config.monitor_on") is not True:
         return []
     formats = [key for key in DUMP_FORMATS if ctx.get(f"monitor_config.{key}")]
-    if not formats and not ctx.get("monitor_config.dump_path"):  # absent or null: MS008; "": no dumps
+    dump_path = ctx.get("monitor_config.dump_path") if ctx.has("monitor_config.dump_path") else TEMPLATE_DUMP_PATH
+    if not formats and not dump_path:  # null: MS008; "": no dumps
         return []
     reason = f"{', '.join(formats)} need" if formats else "a dump_path inserts"
     return [

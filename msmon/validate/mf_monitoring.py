@@ -13,7 +13,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from msmon.compat import MONITOR_FORMAT_KEYS, global_norm_spike_threshold
+from msmon.compat import (
+    MONITOR_FORMAT_KEYS,
+    TEMPLATE_DUMP_PATH,
+    TEMPLATE_SPIKE_THRESHOLD,
+    global_norm_spike_threshold,
+)
 from msmon.findings import Finding, error, warning
 from msmon.util.numbers import fmt_number
 from msmon.validate.context import CheckContext
@@ -82,19 +87,17 @@ def _foreign(directory: Path) -> list[str]:
 
 
 def check_dump_path(ctx: CheckContext) -> list[Finding]:
-    """MS008: with monitor_on, a dump_path mindformers cannot use: null or absent (msmon builds mindformers' config
-    from a dict, so the template's default ``./dump`` does not apply), a file, or a directory whose ``rank_N``
+    """MS008: with monitor_on, a dump_path mindformers cannot use: null, a file, or a directory whose ``rank_N``
     directories it deletes (``shutil.rmtree``) when the train step is built and whose files it clears at every
-    logged step."""
-    value = ctx.get(f"{BASE}.dump_path")
+    logged step. Absent, mindformers' template default ``./dump`` applies."""
     where = f"{BASE}.dump_path"
+    value = ctx.get(where) if ctx.has(where) else TEMPLATE_DUMP_PATH
     if not _monitor_on(ctx):
         return []
     if not isinstance(value, str):
-        return [error("MS008", where if ctx.has(where) else f"{BASE}.monitor_on", "monitor_on without a dump_path "
-                      "string: mindformers hands it to MindSpore's set_auto_parallel_context, which refuses null (a "
-                      "TypeError when the Trainer starts; msmon builds the config without mindformers' template, so "
-                      "its default ./dump does not apply)", "set dump_path: '' (no dumps) or a directory of its own")]
+        return [error("MS008", where, "monitor_on with a dump_path that is not a string: mindformers hands it to "
+                      "MindSpore's set_auto_parallel_context, which refuses null (a TypeError when the Trainer "
+                      "starts)", "set dump_path: '' (no dumps) or a directory of its own")]
     if not value:
         return []
     path = Path(value).expanduser()
@@ -150,7 +153,8 @@ def check_stop_rules(ctx: CheckContext) -> list[Finding]:
         found.append(warning(
             "MS009", f"{BASE}.check_for_global_norm",
             f"mindformers stops the run (RuntimeError 'TREError') at the first global norm >= "
-            f"{fmt_number(threshold if threshold is not None else 3.0)}, before msmon's callback sees that step: "
+            f"{fmt_number(threshold if threshold is not None else TEMPLATE_SPIKE_THRESHOLD)}, before msmon's callback "
+            "sees that step: "
             f"{explosion} alerts on the logged steps before it", "keep it to stop at once; msmon's alert explains "
             "the trend that led there",
         ))
@@ -160,10 +164,12 @@ def check_stop_rules(ctx: CheckContext) -> list[Finding]:
                 "(its stop after global_norm_spike_count_threshold skips needs monitor_on: True)")
         found.append(warning(
             "MS009", "use_skip_data_by_global_norm",
-            f"mindformers skips the update of every step whose global norm >= {fmt_number(threshold)} {stop}; "
+            f"mindformers skips the update of every step whose global norm >= "
+            f"{fmt_number(threshold if threshold is not None else TEMPLATE_SPIKE_THRESHOLD)} {stop}; "
             f"msmon records those steps and {explosion} alerts on them",
-            "set monitor_config.global_norm_spike_threshold explicitly (mindformers' template says 3.0, its code "
-            "falls back to 1.0)" if threshold is None else "msmon alerts, mindformers skips and stops",
+            "msmon alerts, mindformers skips and stops" if threshold is not None else
+            f"set monitor_config.global_norm_spike_threshold explicitly (the template's default is "
+            f"{fmt_number(TEMPLATE_SPIKE_THRESHOLD)})",
         ))
     return found
 

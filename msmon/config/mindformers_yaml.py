@@ -1,0 +1,88 @@
+"""The config msmon hands mindformers, as the YAML file ``mindformers.yaml`` (in the run directory; ``msmon export``).
+
+Built from the user's YAML as mindformers itself parses it (PyYAML: ``1e-5`` stays the string mindformers reads,
+where OmegaConf would make it a float), with only msmon's own changes: the values of msmon's interpolations
+(``${now:}``, ``${oc.env:}``, ``${msmon_dataset:}``) and of the command line's overrides resolved, msmon's keys
+removed from ``monitor_config`` (mindformers' template raises ``KeyError`` on them), the train-step wrapper's
+``local_norm`` when msmon records per-layer norms, ``run_mode: train`` when the YAML has none, and ``base_config``
+made absolute (the file lives in another directory). The training loads that file the way ``run_mindformer.py``
+does (``MindFormerConfig(path)``: mindformers' config template applied), so plain mindformers loads it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msmon.config.loader import LoadedConfig
+from msmon.config.split import split_monitor_config
+from msmon.errors import MsmonError
+
+#: The ``run_mode`` values that train (``run_mindformer.py`` calls ``Trainer.train()`` for both).
+TRAINING_RUN_MODES = ("train", "finetune")
+#: What ``run_mindformer.py`` accepts besides; msmon monitors trainings only.
+OTHER_RUN_MODES = ("eval", "predict", "predict_with_train_model")
+DEFAULT_RUN_MODE = "train"
+HEADER = ("# The config msmon hands mindformers (msmon export / msmon run): your YAML with msmon's keys removed, its\n"
+          "# interpolations and overrides resolved. mindformers loads it as it is: run_mindformer.py --config FILE\n")
+_MISSING = object()
+
+
+def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
+    """The config mindformers gets (a plain dict; see the module docstring)."""
+    resolved = loaded.resolved()
+    parsed = yaml.safe_load(loaded.text) if loaded.text is not None else resolved
+    merged = _prefer_parsed(parsed, resolved, "", loaded.override_keys)
+    training, _ = split_monitor_config(merged)
+    if "monitor_config" not in merged and training["monitor_config"] == {"monitor_on": False}:
+        del training["monitor_config"]  # mindformers' template supplies the same defaults
+    training.setdefault("run_mode", DEFAULT_RUN_MODE)
+    if loaded.path is not None and "base_config" in training:
+        training["base_config"] = _absolute(training["base_config"], Path(loaded.path).absolute().parent)
+    return training
+
+
+def check_run_mode(training: Mapping[str, Any]) -> None:
+    """MsmonError (exit 1) unless ``run_mode`` trains."""
+    mode = training.get("run_mode", DEFAULT_RUN_MODE)
+    if mode in TRAINING_RUN_MODES:
+        return
+    if mode in OTHER_RUN_MODES:
+        raise MsmonError(f"run_mode is {mode!r}: msmon run monitors a training (run_mode train or finetune)",
+                         f"run the {mode} with run_mindformer.py, or set run_mode: train (or --run_mode finetune)")
+    raise MsmonError(f"run_mode {mode!r} is not a mindformers run mode",
+                     f"use one of: {', '.join(TRAINING_RUN_MODES + OTHER_RUN_MODES)}")
+
+
+def render(training: Mapping[str, Any]) -> str:
+    """The YAML text of ``mindformers.yaml`` (keys in their order; mindformers sorts them itself)."""
+    return HEADER + yaml.safe_dump(dict(training), sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def _prefer_parsed(parsed: Any, resolved: Any, path: str, overrides: set[str]) -> Any:
+    """``resolved`` (OmegaConf's view) with every value that is neither an interpolation nor overridden taken from
+    ``parsed`` (PyYAML's view, mindformers' own)."""
+    if path in overrides or parsed is _MISSING:
+        return resolved
+    if isinstance(resolved, Mapping):
+        if not isinstance(parsed, Mapping):
+            return resolved
+        return {key: _prefer_parsed(parsed.get(key, _MISSING), value, f"{path}.{key}" if path else str(key),
+                                    overrides) for key, value in resolved.items()}
+    if isinstance(resolved, list):
+        if not isinstance(parsed, list) or len(parsed) != len(resolved):
+            return resolved
+        pairs = enumerate(zip(parsed, resolved, strict=True))
+        return [_prefer_parsed(p, r, f"{path}[{i}]", overrides) for i, (p, r) in pairs]
+    if isinstance(parsed, str) and "${" in parsed:
+        return resolved
+    return parsed
+
+
+def _absolute(base: Any, directory: Path) -> Any:
+    if isinstance(base, list):
+        return [_absolute(item, directory) for item in base]
+    return str(directory / base) if isinstance(base, str) and not Path(base).is_absolute() else base

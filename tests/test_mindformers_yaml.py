@@ -1,0 +1,171 @@
+"""The config msmon hands mindformers (``mindformers.yaml``, ``msmon export``) is the user's config as mindformers
+itself loads it: mindformers' config template applied, its own YAML parser's values, msmon's keys removed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_msmon
+from helpers_training import QUICKSTARTS, write_quickstart_config
+from test_validate_mindformers_configs import CONFIGS
+
+from msmon.config.loader import load_config
+from msmon.config.mindformers_yaml import check_run_mode, mindformers_config, render
+from msmon.errors import MsmonError
+
+#: Loads each config twice with mindformers' own MindFormerConfig (the template applied): from the user's YAML, as
+#: run_mindformer.py does (``--run_mode train`` where the YAML has none), and from msmon's mindformers.yaml.
+COMPARE = """
+import json, sys
+from pathlib import Path
+import yaml
+from mindformers import MindFormerConfig
+from msmon.config.loader import load_config
+from msmon.config.mindformers_yaml import mindformers_config, render
+from msmon.util.mapping import flatten
+
+def plain(config):
+    return flatten(json.loads(json.dumps(config, default=str)))
+
+differences = {}
+for index, path in enumerate(sys.argv[2:]):
+    mode = {} if "run_mode" in (yaml.safe_load(open(path)) or {}) else {"run_mode": "train"}
+    theirs = plain(MindFormerConfig(path, **mode))
+    written = Path(sys.argv[1]) / f"{index}.yaml"
+    written.write_text(render(mindformers_config(load_config(path))))
+    ours = plain(MindFormerConfig(str(written)))
+    keys = set(theirs) | set(ours)
+    differences[path] = sorted(k for k in keys if theirs.get(k, "<absent>") != ours.get(k, "<absent>"))
+print("DIFFERENCES " + json.dumps(differences))
+"""
+
+
+def training_configs() -> list[Path]:
+    """mindformers' shipped YAMLs that train (a trainer and a model: not the checkpoint converters)."""
+    found = []
+    for path in CONFIGS:
+        data = yaml.safe_load(path.read_text()) or {}
+        if "model" in data and "trainer" in data:
+            found.append(path)
+    return found
+
+
+def test_every_shipped_config_loads_in_mindformers_exactly_as_run_mindformer_loads_it(tmp_path: Path) -> None:
+    paths = training_configs()
+    assert len(paths) >= 20
+    env = {**os.environ, "LOCAL_DEFAULT_PATH": str(tmp_path / "mindformers")}
+    proc = subprocess.run([sys.executable, "-c", COMPARE, str(tmp_path), *map(str, paths)], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path, env=env)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DIFFERENCES ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    differences = json.loads(line.removeprefix("DIFFERENCES "))
+    assert set(differences) == {str(p) for p in paths}
+    assert {path: keys for path, keys in differences.items() if keys} == {}
+
+
+def test_msmon_keys_go_overrides_and_interpolations_are_resolved_mindformers_values_stay(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path)
+    text = config.read_text()
+    assert "  weight_decay: 0.0\n" in text
+    config.write_text(text.replace("  weight_decay: 0.0\n", "  weight_decay: 1e-5\n"))  # PyYAML: the string '1e-5'
+    training = mindformers_config(load_config(config, ["runner_config.epochs=3"]))
+    assert training["runner_config"]["epochs"] == 3
+    assert training["optimizer"]["weight_decay"] == "1e-5"  # what mindformers' yaml.safe_load makes of it
+    assert "${" not in render(training) and training["train_dataset"]["data_loader"]["dataset_dir"].endswith(
+        ".mindrecord")
+    assert "monitor_config" not in training or set(training["monitor_config"]) <= {"monitor_on"}
+    assert yaml.safe_load(render(training)) == training
+
+
+def test_layer_norms_turn_on_the_wrappers_local_norm_and_a_missing_run_mode_trains(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, track_metrics=["loss", "layer_grad_norm"])
+    config.write_text(config.read_text().replace("run_mode: train\n", ""))
+    training = mindformers_config(load_config(config))
+    assert training["runner_wrapper"]["local_norm"] is True and training["run_mode"] == "train"
+
+
+def test_base_config_paths_become_absolute(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("seed: 7\n")
+    config = tmp_path / "child.yaml"
+    config.write_text("base_config: ['base.yaml']\nrun_mode: train\nmonitor_config:\n  run_name: r\n")
+    assert mindformers_config(load_config(config))["base_config"] == [str(tmp_path / "base.yaml")]
+
+
+@pytest.mark.parametrize("mode", ["predict", "eval", "predict_with_train_model", "serve"])
+def test_only_training_run_modes_are_accepted(mode: str) -> None:
+    with pytest.raises(MsmonError, match="run_mode"):
+        check_run_mode({"run_mode": mode})
+    check_run_mode({"run_mode": "finetune"})
+
+
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["run"], ["export"]])
+def test_a_shipped_predict_config_is_refused_and_nothing_is_created(tmp_path: Path, command: list[str]) -> None:
+    predict = next((p for p in CONFIGS if p.name == "predict_qwen3.yaml"), None)
+    if predict is None:
+        pytest.skip("this mindformers ships no predict_qwen3.yaml")
+    result = run_msmon(command[0], str(predict), *command[1:], cwd=tmp_path, timeout=300)
+    assert result.code == 1, result.stdout + result.stderr
+    assert "run_mode is 'predict'" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("model", list(QUICKSTARTS))
+def test_export_writes_a_file_mindformers_loads(tmp_path: Path, model: str) -> None:
+    config = write_quickstart_config(tmp_path, source=QUICKSTARTS[model])
+    out = tmp_path / "exported.yaml"
+    result = run_msmon("export", str(config), "-o", str(out), cwd=tmp_path)
+    assert result.code == 0, result.stderr
+    code = ("from mindformers import MindFormerConfig; import sys; c = MindFormerConfig(sys.argv[1]); "
+            "print('LOADED', c.run_mode, c.runner_config.sink_mode, sorted(c.monitor_config))")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "LOCAL_DEFAULT_PATH": str(tmp_path / "mf")})
+    loaded = next((ln for ln in proc.stdout.splitlines() if ln.startswith("LOADED")), None)
+    assert loaded is not None, proc.stderr[-3000:]
+    assert loaded.startswith("LOADED train False [")  # the template's monitor_config defaults, none of msmon's keys
+    assert "enable_monitor" not in loaded and "save_dir" not in loaded
+
+
+def test_export_of_an_invalid_config_writes_nothing(tmp_path: Path) -> None:
+    config = write_quickstart_config(tmp_path, log_interval=0)
+    out = tmp_path / "exported.yaml"
+    result = run_msmon("export", str(config), "-o", str(out), cwd=tmp_path)
+    assert result.code == 1 and not out.exists()
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("error MS") and "log_interval" in lines[0]  # the finding, as validate prints it
+    assert lines[-1].endswith("nothing was exported (`msmon validate " + str(config) + "` shows every finding)")
+
+
+def test_the_run_directorys_mindformers_yaml_is_what_export_writes(canonical, tmp_path: Path) -> None:
+    run = canonical("completed_legacy")
+    exported = run_msmon("export", str(run.config), cwd=run.cwd)
+    assert exported.code == 0, exported.stderr
+    assert (run.run_dir / "mindformers.yaml").read_text() == exported.stdout
+    info_log = (run.run_dir / "logs" / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace")
+    assert "_apply_template: Some configs in yaml are useless for train" in info_log  # loaded through the template
+
+
+@pytest.mark.training
+def test_finetune_from_a_checkpoint_with_run_mindformers_flags_starts_at_its_loss(canonical, tmp_path: Path) -> None:
+    """`msmon run CONFIG --run_mode finetune --load_checkpoint CKPT`, as run_mindformer.py takes them, from the last
+    checkpoint of the canonical completed legacy run (200 steps): the first step's loss is that run's level, not the
+    untrained start's."""
+    trained = canonical("completed_legacy")
+    ckpt = trained.run_dir / "logs" / "output" / "checkpoint" / "rank_0" / "llama_tiny_rank_0-1_200.ckpt"
+    assert ckpt.is_file()
+    start, end = trained.records()[0]["loss"], trained.records()[-1]["loss"]
+    config = write_quickstart_config(tmp_path, steps=2, log_interval=1, monitor_type=["file"])
+    result = run_msmon("run", str(config), "--plain", "--run_mode", "finetune", "--load_checkpoint", str(ckpt),
+                       cwd=tmp_path, timeout=600)
+    assert result.code == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "test_run"
+    handed = yaml.safe_load((run_dir / "mindformers.yaml").read_text())
+    assert handed["run_mode"] == "finetune" and handed["load_checkpoint"] == str(ckpt)
+    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 1 and abs(first["loss"] - end) < abs(first["loss"] - start) and first["loss"] < 5.0, (
+        first["loss"], start, end)
