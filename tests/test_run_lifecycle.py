@@ -130,6 +130,16 @@ def test_dry_run_shows_the_msrun_command(tmp_path: Path) -> None:
         (["--worker-num", "2"], "use_parallel is not True"),
         (["--worker-num", "4", "--local-worker-num", "2"], "needs --node-rank"),
         (["--node-rank", "1"], "--node-rank needs --worker-num"),
+        (["use_parallel=True"], "use_parallel is True but msmon run starts one process"),
+        (["--worker-num", "8", "use_parallel=True", "parallel.parallel_mode=1", "parallel_config.data_parallel=1",
+          "parallel_config.model_parallel=4", "parallel_config.pipeline_stage=4"],
+         "parallel_config needs 16 devices (data_parallel 1 x model_parallel 4 x context_parallel 1 x "
+         "pipeline_stage 4), but --worker-num 8 starts 8 ranks"),
+        (["--worker-num", "4", "--local-worker-num", "2", "--node-rank", "1", "use_parallel=True",
+          "parallel_config.data_parallel=4", "monitor_config.run_name=auto"],
+         "a multi-machine run needs a fixed monitor_config.run_name"),
+        (["--master-port", "99999"], "65535"),
+        (["--board", "--port", "70000"], "65535"),
     ],
 )
 def test_distributed_flag_mistakes_are_refused_before_anything_starts(

@@ -341,3 +341,22 @@ def test_deep_flags_an_unregistered_type_with_a_suggestion() -> None:
     (finding,) = [f for f in findings if f.code == "MS703"]
     assert finding.path == "optimizer.type" and "AdamW" in finding.hint
     assert "MS703" not in codes(validate_config(cfg))  # only with --deep
+
+
+def test_ms201_judges_the_resolved_save_dir_and_only_for_mindinsight(tmp_path, monkeypatch) -> None:
+    """A relative ASCII save_dir under a non-ASCII working directory is refused for MindInsight (its parser reads
+    the absolute path); a file-only run with a non-ASCII save_dir is fine (no parser involved)."""
+    from validate_base import with_monitor
+
+    from msmon.config.loader import load_config
+    from msmon.validate.validator import validate
+
+    home = tmp_path / "实验"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    config = home / "cfg.yaml"
+    config.write_text(with_monitor(monitor_type=["file", "mindinsight"]), encoding="utf-8")
+    (finding,) = [f for f in validate(load_config(config), cwd=home).findings if f.code == "MS201"]
+    assert str(home / "monitor_logs") in finding.message and finding.is_error
+    config.write_text(with_monitor(save_dir="./监控日志"), encoding="utf-8")
+    assert [f for f in validate(load_config(config), cwd=home).findings if f.code == "MS201"] == []

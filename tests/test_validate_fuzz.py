@@ -5,6 +5,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -68,3 +69,12 @@ def test_a_scalar_document_is_a_one_line_error(tmp_path: Path) -> None:
         path.write_text(text)
         result = runner.invoke(app, ["validate", str(path)])
         assert result.exit_code == 1 and "the top level must be a mapping" in result.output, (text, result.output)
+
+
+@pytest.mark.parametrize("override", ["[=1", "no_equals_sign", "a=[1", "=1"])
+def test_every_malformed_override_is_a_usage_error(tmp_path: Path, override: str) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text("monitor_config:\n  run_name: r1\n")
+    result = runner.invoke(app, ["validate", str(path), override])
+    assert result.exit_code == 2, result.output
+    assert "override" in result.output and "Traceback" not in result.output

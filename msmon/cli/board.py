@@ -32,7 +32,7 @@ def _print_tail(exc: MsmonError) -> None:
 @handle_errors
 def start(
     path: Path = typer.Argument(None, help="A save_dir (default ./monitor_logs) or a training YAML (its save_dir)."),
-    port: int = typer.Option(8080, "--port", help="Port to serve on; 0 picks a free one."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to serve on; 0 picks a free one."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; other than loopback, others can reach it."),
     backend: str = typer.Option("mindinsight", "--backend", help="mindinsight or tensorboard."),
     detach: bool = typer.Option(False, "--detach", help="Leave the board running and record it (msmon board stop)."),
@@ -119,7 +119,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print JSON inste
 @board_app.command("stop")
 @handle_errors
 def stop(
-    port: int = typer.Option(None, "--port", help="Stop the board on this port."),
+    port: int = typer.Option(None, "--port", min=1, max=65535, help="Stop the board on this port."),
     all_boards: bool = typer.Option(False, "--all", help="Stop every board msmon started."),
 ) -> None:
     """Stop a board msmon started (also when its process is already gone)."""

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def doctor(
     config: str = typer.Argument(None, help="Also check this training YAML: its save_dir, device target, board port."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
-    port: int = typer.Option(8080, "--port", help="The board port to check (with CONFIG)."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="The board port to check (with CONFIG)."),
 ) -> None:
     """Check versions, the tested pair, devices, msrun and known-bad combinations (exit 0 fine, 1 a problem)."""
     from msmon.cli.render import finding_line

@@ -58,7 +58,7 @@ def resume(
     restart_backoff: float = typer.Option(None, "--restart-backoff", min=0.0, help="Seconds before the first "
                                           "restart (default: the recorded command's)."),
     board: bool = typer.Option(False, "--board/--no-board", help="Start the board beside training."),
-    port: int = typer.Option(8080, "--port", help="Board port (0: a free one)."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Board port (0: a free one)."),
     keep_board: bool = typer.Option(False, "--keep-board", help="Leave the board running after training."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel."),

@@ -39,7 +39,7 @@ def run(
                                           help="Dotlist overrides, and run_mindformer.py's flags (below).",
                                           autocompletion=config_keys),
     board: bool = typer.Option(False, "--board/--no-board", help="Start the board (MindInsight) beside training."),
-    port: int = typer.Option(8080, "--port", help="Board port (0: a free one)."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Board port (0: a free one)."),
     keep_board: bool = typer.Option(False, "--keep-board", help="Leave the board running after training."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run (its directory) from its latest complete "
                                 "checkpoint."),
@@ -53,7 +53,7 @@ def run(
     worker_num: int = typer.Option(None, "--worker-num", help="Ranks in total: launch through MindSpore's msrun."),
     local_worker_num: int = typer.Option(None, "--local-worker-num", help="Ranks on this machine (multi-machine)."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Address of the machine with rank 0."),
-    master_port: int = typer.Option(8118, "--master-port", help="msrun scheduler port."),
+    master_port: int = typer.Option(8118, "--master-port", min=1, max=65535, help="msrun scheduler port."),
     node_rank: int = typer.Option(None, "--node-rank", help="Index of this machine (multi-machine)."),
     max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Restart a training that dies (or hangs, "
                                      "with stall action stop) from its latest checkpoint, up to N times."),

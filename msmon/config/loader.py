@@ -173,11 +173,12 @@ def apply_overrides(conf: DictConfig, overrides: list[str], where: str) -> set[s
         try:
             OmegaConf.set_struct(conf, False)
             conf.merge_with(OmegaConf.from_dotlist([item]))
-        except (OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
-            raise MsmonError(f"{where}: override '{item}': {first_line(exc)}", "check the key and value") from exc
+        except (OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:  # malformed: a usage error, as a
+            raise MsmonError(f"{where}: override '{item}': {first_line(exc)}",  # missing '=' is
+                             "check the key and value", ExitCode.USAGE) from exc
         except IndexError as exc:  # omegaconf's key parser on a key such as '[' (an empty path after splitting)
             raise MsmonError(f"{where}: override '{item}': {key.strip()!r} is not a dotted key",
-                             "write e.g. monitor_config.log_interval=20") from exc
+                             "write e.g. monitor_config.log_interval=20", ExitCode.USAGE) from exc
         keys.add(key.strip())
     return keys
 

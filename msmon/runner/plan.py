@@ -12,11 +12,13 @@ from msmon.compat import PipelineLayout, pipeline_layout
 from msmon.config.loader import LoadedConfig, load_config
 from msmon.config.mindformers_yaml import check_run_mode, mindformers_config
 from msmon.config.schema import MonitorSettings
+from msmon.errors import MsmonError
 from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
 from msmon.runner.checkpoints import ResumePoint
 from msmon.runner.resume import resume_point
+from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
 
 
@@ -137,11 +139,25 @@ def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfi
     cwd = (cwd or Path.cwd()).absolute()
     training = mindformers_config(loaded)
     check_run_mode(training)
-    if request.worker_num:
-        msrun.check_config(training, request)
+    _check_shared_run_name(request, loaded)
+    msrun.check_config(training, request)
     save_dir = Path(result.settings.save_dir).expanduser()
     run_dir = (save_dir if save_dir.is_absolute() else cwd / save_dir) / result.settings.project_name
     return RunPlan(request, loaded, result, training, run_dir / str(result.settings.run_name), cwd)
+
+
+def _check_shared_run_name(request: RunRequest, loaded: LoadedConfig) -> None:
+    """Every machine of a multi-machine run must name the same run directory: a fixed ``run_name``."""
+    if request.node_rank is None:
+        return
+    section = loaded.section("monitor_config")
+    raw = section.get("run_name") if isinstance(section, dict) else None
+    if (raw is None or isinstance(raw, str)) and (needs_generated_name(raw) or "${now" in (raw or "")):
+        raise MsmonError(
+            f"--node-rank {request.node_rank}: a multi-machine run needs a fixed monitor_config.run_name (got "
+            f"{raw!r}: each machine would generate its own and write to another run directory)",
+            "set the same run_name on every machine, e.g. monitor_config.run_name=pretrain_0612",
+        )
 
 
 def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationResult, RunPlan | None]:

@@ -13,15 +13,17 @@ CODES: dict[str, str] = {
     "tensorboard: section (log lines only), or a TrainingStateMonitor setting without monitor_on: True",
     "MS007": "warning: optimizer_state_format / weight_state_format: per-parameter norms outside the graph every "
     "step_interval steps (mindformers: greatly slows training)",
-    "MS008": "monitor_on with a dump_path mindformers cannot use: null or absent (a TypeError at the start), a file, "
+    "MS008": "monitor_on with a dump_path mindformers cannot use: null (a TypeError at the start), a file, "
     "or a directory whose rank_N directories hold other data (it deletes them); warning: it holds other files",
     "MS009": "warning: mindformers' own stop rules (check_for_nan_in_loss_and_grad, the global-norm spike settings) "
     "beside msmon's detectors: which one stops, which one alerts; error: two that mindformers refuses together",
     "MS010": "the config file is missing, a directory, binary, not UTF-8, empty, or not valid YAML",
-    "MS101": "run_name has path separators, '..' or characters other than letters, digits, '-', '_', '.'",
-    "MS102": "project_name breaks the same character rules",
+    "MS101": "run_name has path separators, '..', characters other than letters, digits, '-', '_', '.', or more "
+    "than 255 of them",
+    "MS102": "project_name breaks the same rules",
     "MS103": "the run directory already holds data (use a new run_name, 'auto', or `msmon run --resume`)",
-    "MS201": "save_dir has non-ASCII characters (MindInsight's log parser cannot load them)",
+    "MS201": "with the mindinsight backend, save_dir's resolved path has non-ASCII characters (MindInsight's log "
+    "parser cannot load them)",
     "MS202": "save_dir is empty or has whitespace or control characters",
     "MS203": "save_dir is a file, or cannot be written or created",
     "MS204": "warning: free disk under save_dir is below disk.min_free_mb",

@@ -8,6 +8,7 @@ from msmon.findings import Finding, error
 from msmon.validate.context import CheckContext
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+NAME_MAX = 255  # bytes of one directory name on Linux file systems (ext4, xfs; PC_NAME_MAX)
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -35,6 +36,8 @@ def name_problem(value: str) -> str:
     if not SAFE_NAME.match(value):
         bad = "".join(sorted(set("".join(_UNSAFE_CHARS.findall(value)))))
         return f"contains characters other than letters, digits, '-', '_', '.' ({bad!r})"
+    if len(value.encode()) > NAME_MAX:
+        return f"is {len(value.encode())} characters long; a directory name has at most {NAME_MAX}"
     return ""
 
 
@@ -50,7 +53,8 @@ def check_names(ctx: CheckContext) -> list[Finding]:
                 error(
                     "MS101" if key == "run_name" else "MS102",
                     f"monitor_config.{key}",
-                    f"{key} {value!r} {problem}",
+                    f"{key} {value if len(value) <= 60 else value[:40] + '...'!r} {problem}",
+                    "use a shorter name" if problem.startswith("is ") and "long" in problem else
                     "use only letters, digits, '-', '_' and '.', e.g. llama_lr5e-3_v2",
                 )
             )

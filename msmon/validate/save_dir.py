@@ -28,14 +28,17 @@ def check_save_dir(ctx: CheckContext) -> list[Finding]:
     raw = ctx.settings.save_dir
     if not raw.strip():
         return [error("MS202", PATH, "save_dir is empty", "write a directory such as ./monitor_logs")]
-    if not raw.isascii():
+    resolved = ctx.save_dir()
+    if "mindinsight" in ctx.settings.monitor_type and not str(resolved).isascii():
+        where = "" if raw.isascii() else f"save_dir {raw!r}: "
         return [
             error(
                 "MS201",
                 PATH,
-                f"save_dir {raw!r} contains non-ASCII characters: MindInsight's log parser cannot load such paths"
+                f"{where}{resolved} contains non-ASCII characters: MindInsight's log parser cannot load such paths"
                 " and the board stays empty",
-                "use an ASCII-only path such as ./monitor_logs",
+                "use an ASCII-only path such as /data/monitor_logs (an absolute one when the working directory "
+                "has non-ASCII characters), or drop mindinsight from monitor_type",
             )
         ]
     if any(ch.isspace() or not ch.isprintable() for ch in raw):
