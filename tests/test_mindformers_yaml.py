@@ -100,8 +100,9 @@ def test_base_config_paths_become_absolute(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["predict", "eval", "predict_with_train_model", "serve"])
 def test_only_training_run_modes_are_accepted(mode: str) -> None:
     with pytest.raises(MsmonError, match="run_mode"):
-        check_run_mode({"run_mode": mode})
-    check_run_mode({"run_mode": "finetune"})
+        check_run_mode(mode)
+    check_run_mode("finetune")
+    check_run_mode(None)
 
 
 @pytest.mark.parametrize("command", [["run", "--dry-run"], ["run"], ["export"]])

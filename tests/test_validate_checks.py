@@ -360,3 +360,46 @@ def test_ms201_judges_the_resolved_save_dir_and_only_for_mindinsight(tmp_path, m
     assert str(home / "monitor_logs") in finding.message and finding.is_error
     config.write_text(with_monitor(save_dir="./监控日志"), encoding="utf-8")
     assert [f for f in validate(load_config(config), cwd=home).findings if f.code == "MS201"] == []
+
+
+@pytest.mark.parametrize(("changes", "steps"), [
+    ({}, 400),  # 800 samples, batch 2
+    ({"runner_config.gradient_accumulation_steps": 4}, 100),
+    ({"use_parallel": True, "parallel.parallel_mode": 0, "parallel_config.data_parallel": 8}, 400),  # own shards
+    ({"use_parallel": True, "parallel.parallel_mode": 1, "parallel.full_batch": True,
+      "parallel_config.data_parallel": 8}, 50),  # every rank reads the global batch of 16
+    ({"use_parallel": True, "parallel.parallel_mode": 1, "parallel.full_batch": True,
+      "parallel_config.data_parallel": 2, "parallel_config.pipeline_stage": 2, "parallel_config.micro_batch_num": 4,
+      "runner_config.gradient_accumulation_steps": 8}, 50),  # pipeline: micro batches, not the accumulation
+])
+def test_total_steps_count_what_a_step_takes(tmp_path, changes: dict, steps: int) -> None:
+    """As mindformers sizes its batches (BaseTrainer._reset_dataset_batch_size); num_samples counts per shard."""
+    from helpers_training import write_quickstart_config
+
+    from msmon.config.loader import load_config
+    from msmon.validate.validator import validate
+
+    config = write_quickstart_config(tmp_path, steps=400, overrides=changes)
+    assert validate(load_config(config), cwd=tmp_path).total_steps == steps
+
+
+def test_ms011_a_missing_checkpoint_or_dataset_is_an_error_a_model_name_and_generated_data_are_not(tmp_path) -> None:
+    from helpers_training import write_quickstart_config
+
+    from msmon.config.loader import load_config
+    from msmon.validate.validator import validate
+
+    def ms011(**changes) -> list[tuple[str, str]]:
+        config = write_quickstart_config(tmp_path, overrides=changes)
+        return [(f.path, f.severity.value) for f in validate(load_config(config), cwd=tmp_path).findings
+                if f.code == "MS011"]
+
+    assert ms011() == []  # the generated quickstart dataset is made on demand
+    assert ms011(load_checkpoint="llama2_7b") == []  # a model name mindformers resolves
+    assert ms011(load_checkpoint=str(tmp_path / "gone.ckpt")) == [("load_checkpoint", "error")]
+    assert ms011(src_strategy_path_or_dir="./strategy") == [("src_strategy_path_or_dir", "error")]
+    assert ms011(**{"train_dataset.data_loader.dataset_dir": "", "train_dataset.data_loader.dataset_files": []}) == [
+        ("train_dataset.data_loader.dataset_dir", "error")]
+    assert ms011(run_mode="finetune") == [("load_checkpoint", "warning")]
+    (tmp_path / "base.ckpt").write_bytes(b"")
+    assert ms011(run_mode="finetune", load_checkpoint=str(tmp_path / "base.ckpt")) == []

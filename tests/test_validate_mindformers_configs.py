@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -47,4 +48,23 @@ def test_real_config_with_anchors_and_monitor_keys_via_cli(tmp_path: Path) -> No
     text = path.read_text()
     assert "&" in text or "monitor_config" in text
     result = run_msmon("validate", str(path), "monitor_config.log_interval=20", "--json", cwd=tmp_path)
+    # its placeholder (the Megatron data_path '/path/to/wiki103-megatron_text_document') is refused: MS011
+    found = json.loads(result.stdout)["findings"]
+    placeholders = {f["path"] for f in found if f["code"] == "MS011" and "placeholder" in f["message"]}
+    assert placeholders == {"train_dataset.data_loader.config.data_path"}, found
+    assert result.code == 1 and all(f["severity"] != "error" for f in found if f["code"] != "MS011")
+    (tmp_path / "wiki.bin").write_bytes(b"")  # a Megatron prefix names its .bin/.idx files
+    result = run_msmon("validate", str(path), "monitor_config.log_interval=20",
+                       f"train_dataset.data_loader.config.data_path=['1','{tmp_path / 'wiki'}']", "--json",
+                       cwd=tmp_path)
     assert result.code == 0, result.stdout + result.stderr
+
+
+def test_a_finetune_config_with_a_placeholder_model_directory_is_refused(tmp_path: Path) -> None:
+    path = next((p for p in CONFIGS if p.name == "finetune_qwen3.yaml"), None)
+    if path is None:
+        pytest.skip("this mindformers ships no finetune_qwen3.yaml")
+    result = run_msmon("validate", str(path), "--json", cwd=tmp_path)
+    found = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "MS011"]
+    assert result.code == 1 and [f["path"] for f in found if f["severity"] == "error"][:1] == ["pretrained_model_dir"]
+    assert "'/path/to/Qwen3-32B' is a placeholder" in found[0]["message"]

@@ -36,6 +36,7 @@ def export(
 
     plain, flags = parse_launch_flags(overrides or [])
     loaded = load_config(config, [*plain, *flags.overrides])
+    check_run_mode(loaded.section("run_mode"))
     result = validate(loaded, resume=True)  # an existing run directory is no error here: nothing is created
     if not result.valid:
         errors = [f for f in result.findings if f.is_error]
@@ -44,7 +45,7 @@ def export(
         raise MsmonError(f"{config}: {len(errors)} error(s) in the config; nothing was exported",
                          f"`msmon validate {config}` shows every finding", ExitCode.INVALID)
     training = mindformers_config(loaded)
-    check_run_mode(training)
+    check_run_mode(training["run_mode"])
     text = render(training)
     if out is None:
         sys.stdout.write(text)

@@ -7,6 +7,7 @@ for version-specific knowledge (docs/compatibility.md).
   CPU patch points, the separate losses, how ``use_legacy`` is read, the ``monitor_config`` keys and their formats,
   which ranks hold the loss under pipeline stages, how ``MFLossMonitor`` corrects the loss of a parallel run);
 - ``resume``: resuming (the keys mindformers reads, the CPU barrier for a multi-rank resume);
+- ``parallel``: how a parallel config becomes ranks and batches (device count, global batch size);
 - ``template``: the defaults of mindformers' config template that msmon's checks reason about.
 
 Nothing here imports mindspore, mindformers or MindInsight.
@@ -75,6 +76,7 @@ from msmon.compat.internals import (
     pipeline_layout,
     use_legacy,
 )
+from msmon.compat.parallel import LAYOUT_KEYS, lays_out_ranks, samples_per_step
 from msmon.compat.resume import (
     CPU_BARRIER_PATCHES,
     HYPER_PARAM_FILE,
@@ -135,6 +137,9 @@ __all__ = [
     "MONITOR_CONFIG_KEYS",
     "MONITOR_FORMAT_KEYS",
     "TEMPLATE_DUMP_PATH",
+    "LAYOUT_KEYS",
+    "samples_per_step",
+    "lays_out_ranks",
     "TEMPLATE_SPIKE_THRESHOLD",
     "MONITOR_FORMATS",
     "MONITORING_KEYS_ELSEWHERE",

@@ -45,9 +45,12 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     return training
 
 
-def check_run_mode(training: Mapping[str, Any]) -> None:
-    """MsmonError (exit 1) unless ``run_mode`` trains."""
-    mode = training.get("run_mode", DEFAULT_RUN_MODE)
+def check_run_mode(mode: Any) -> None:
+    """MsmonError (exit 1) unless ``mode`` (a config's ``run_mode``; None: absent, it trains) trains; an
+    interpolation is judged once resolved."""
+    mode = DEFAULT_RUN_MODE if mode is None else mode
+    if isinstance(mode, str) and "${" in mode:
+        return
     if mode in TRAINING_RUN_MODES:
         return
     if mode in OTHER_RUN_MODES:

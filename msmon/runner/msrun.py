@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from msmon import layout
-from msmon.compat import MCORE_CPU_RANKS, expected_world_size, use_legacy
+from msmon.compat import LAYOUT_KEYS, MCORE_CPU_RANKS, expected_world_size, lays_out_ranks, use_legacy
 from msmon.errors import ExitCode, MsmonError
 from msmon.util.mapping import dotted_get
 
@@ -48,12 +48,6 @@ def check_flags(flags: LaunchFlags) -> None:
         )
 
 
-#: MindSpore's parallel modes in which the layout of ``parallel_config`` sets the device count (mindformers resets
-#: ``parallel_config`` to 1 in data parallel mode, 0).
-LAYOUT_MODES = (1, 2, "semi_auto_parallel", "auto_parallel")
-LAYOUT_KEYS = ("data_parallel", "model_parallel", "context_parallel", "pipeline_stage")
-
-
 def check_config(training: dict[str, Any], flags: LaunchFlags) -> None:
     """The config must be a parallel one when it runs on more than one rank, and one that trains on several ranks
     of this device (the mcore models train on one CPU process only); a parallel layout must fit the ranks."""
@@ -64,8 +58,7 @@ def check_config(training: dict[str, Any], flags: LaunchFlags) -> None:
             "never forms", "give the ranks: --worker-num N (msrun), or set use_parallel=False for one card",
         )
     needed = expected_world_size(training)
-    mode = dotted_get(training, "parallel.parallel_mode")
-    if n and training.get("use_parallel") is True and mode in LAYOUT_MODES and needed != n:
+    if n and lays_out_ranks(training) and needed != n:
         layout_text = " x ".join(f"{key} {dotted_get(training, f'parallel_config.{key}') or 1}" for key in LAYOUT_KEYS)
         raise MsmonError(
             f"parallel_config needs {needed} devices ({layout_text}), but --worker-num {n} starts {n} ranks",

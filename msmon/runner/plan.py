@@ -138,7 +138,7 @@ def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfi
     """The plan of a valid run (creates nothing)."""
     cwd = (cwd or Path.cwd()).absolute()
     training = mindformers_config(loaded)
-    check_run_mode(training)
+    check_run_mode(training["run_mode"])
     _check_shared_run_name(request, loaded)
     msrun.check_config(training, request)
     save_dir = Path(result.settings.save_dir).expanduser()
@@ -165,6 +165,7 @@ def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationRes
     msrun.check_flags(request)
     require_runnable()  # msmon doctor's blocking checks (MindSpore and mindformers usable) before anything
     loaded = load_config(request.config, request.overrides)
+    check_run_mode(loaded.section("run_mode"))  # a predict config is refused before its findings
     result = validate(loaded, resume=request.resume or request.joins_run, cwd=cwd)
     if not result.valid:
         return result, None

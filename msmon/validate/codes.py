@@ -18,6 +18,8 @@ CODES: dict[str, str] = {
     "MS009": "warning: mindformers' own stop rules (check_for_nan_in_loss_and_grad, the global-norm spike settings) "
     "beside msmon's detectors: which one stops, which one alerts; error: two that mindformers refuses together",
     "MS010": "the config file is missing, a directory, binary, not UTF-8, empty, or not valid YAML",
+    "MS011": "a file the training reads (load_checkpoint, its strategy, the model directory, the dataset) is a "
+    "placeholder such as /path/to/... or does not exist; warning: a fine-tune without a checkpoint",
     "MS101": "run_name has path separators, '..', characters other than letters, digits, '-', '_', '.', or more "
     "than 255 of them",
     "MS102": "project_name breaks the same rules",

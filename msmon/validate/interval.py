@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from msmon.compat import samples_per_step
 from msmon.config.coerce import range_findings
 from msmon.findings import Finding, error, warning
 from msmon.util.numbers import positive_int
@@ -12,9 +13,11 @@ MANY_METRICS = 5
 
 
 def data_steps(ctx: CheckContext) -> int | None:
-    """The steps the data and batch size give: num_samples // batch_size x epochs (None when not stated)."""
+    """The steps the data gives: num_samples // the samples a step takes (gradient accumulation, pipeline micro
+    batches and a full batch over data parallel ranks counted as mindformers counts them) x epochs (None when
+    not stated)."""
     samples = positive_int(ctx.get("train_dataset.data_loader.num_samples"))
-    batch = positive_int(ctx.get("runner_config.batch_size")) or positive_int(ctx.get("train_dataset.batch_size"))
+    batch = samples_per_step(ctx.training)
     epochs = positive_int(ctx.get("runner_config.epochs")) or 1
     return samples // batch * epochs if samples and batch else None
 

@@ -22,6 +22,7 @@ from msmon.validate.backends import check_backends
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import check_cpu
 from msmon.validate.health import check_health
+from msmon.validate.inputs import check_inputs
 from msmon.validate.interval import check_flight_recorder, check_interval, total_steps
 from msmon.validate.learning_rate import check_learning_rate
 from msmon.validate.metrics import check_metrics
@@ -38,7 +39,7 @@ def _check_health(ctx: CheckContext) -> list[Finding]:
 
 CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
-    check_registry, _check_health, check_learning_rate, check_mindformers_monitoring,
+    check_registry, _check_health, check_learning_rate, check_mindformers_monitoring, check_inputs,
 )
 MAX_UNRESOLVED = 100
 _ABSENT = object()

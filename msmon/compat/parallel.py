@@ -1,0 +1,43 @@
+"""How mindformers 1.8-1.9 turn a parallel config into ranks and batches (``BaseTrainer._reset_dataset_batch_size``):
+the knowledge msmon's pre-flight needs to count devices and steps. Nothing here imports mindspore or mindformers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from msmon.util.mapping import dotted_get
+from msmon.util.numbers import positive_int
+
+#: MindSpore's parallel modes in which ``parallel_config`` lays the ranks out (semi-auto and auto parallel); in data
+#: parallel mode (0) mindformers resets ``parallel_config`` to 1 and every rank reads its own batch.
+LAYOUT_MODES = (1, 2, "semi_auto_parallel", "auto_parallel")
+LAYOUT_KEYS = ("data_parallel", "model_parallel", "context_parallel", "pipeline_stage")
+
+
+def lays_out_ranks(config: Mapping[str, Any]) -> bool:
+    """Whether ``parallel_config`` decides the device count (``use_parallel`` in semi-auto or auto mode)."""
+    return config.get("use_parallel") is True and dotted_get(config, "parallel.parallel_mode") in LAYOUT_MODES
+
+
+def samples_per_step(config: Mapping[str, Any]) -> int | None:
+    """The samples of ``train_dataset.data_loader.num_samples`` one step consumes, as mindformers sizes its batches
+    (None without a batch size). ``num_samples`` counts per dataset shard (MindSpore's samplers), so where each
+    rank reads its own shard (one device; data parallel mode; ``full_batch: False``) a step takes the per-rank
+    batch: batch x micro-batch interleave x gradient accumulation (x the micro batches instead of the
+    accumulation under pipeline stages); with ``full_batch: True`` every rank reads the whole global batch, x
+    ``data_parallel``. (Measured: two CPU ranks in data parallel mode, num_samples 200, batch 2: 100 steps.)"""
+    batch = positive_int(dotted_get(config, "runner_config.batch_size")) or positive_int(
+        dotted_get(config, "train_dataset.batch_size"))
+    if batch is None:
+        return None
+    accumulation = positive_int(dotted_get(config, "runner_config.gradient_accumulation_steps")) or 1
+    if not lays_out_ranks(config):
+        return batch * accumulation
+    interleave = positive_int(config.get("micro_batch_interleave_num")) or 1
+    stages = positive_int(dotted_get(config, "parallel_config.pipeline_stage")) or 1
+    micro = positive_int(dotted_get(config, "parallel_config.micro_batch_num")) or 1
+    per_rank = batch * interleave * (micro if stages > 1 else accumulation)
+    if dotted_get(config, "parallel.full_batch") is True:
+        return per_rank * (positive_int(dotted_get(config, "parallel_config.data_parallel")) or 1)
+    return per_rank
