@@ -403,3 +403,50 @@ def test_ms011_a_missing_checkpoint_or_dataset_is_an_error_a_model_name_and_gene
     assert ms011(run_mode="finetune") == [("load_checkpoint", "warning")]
     (tmp_path / "base.ckpt").write_bytes(b"")
     assert ms011(run_mode="finetune", load_checkpoint=str(tmp_path / "base.ckpt")) == []
+
+
+def test_an_unset_variable_is_one_finding_and_rejected_values_are_not_shown_as_used(tmp_path, monkeypatch) -> None:
+    """An unresolvable save_dir is MS004 only (not also MS002 'got None'); the resolved table does not present a
+    rejected 'yes' or the unresolved save_dir as the values in use."""
+    from msmon.config.loader import load_config
+    from msmon.validate.validator import validate
+
+    monkeypatch.delenv("MSMON_TEST_UNSET", raising=False)
+    config = tmp_path / "cfg.yaml"
+    config.write_text("run_mode: train\nmonitor_config:\n  run_name: r1\n  save_dir: ${oc.env:MSMON_TEST_UNSET}\n"
+                      "  enable_monitor: 'yes'\n")
+    result = validate(load_config(config), cwd=tmp_path)
+    assert [(f.code, f.path) for f in result.findings if f.is_error] == [
+        ("MS004", "monitor_config.save_dir"), ("MS002", "monitor_config.enable_monitor")]
+    assert result.provenance["save_dir"] == result.provenance["enable_monitor"] == "rejected: default shown"
+    assert result.provenance["run_name"] == "file"
+
+
+def test_ms012_a_mindformers_setting_and_msmons_equivalent_both_on(tmp_path) -> None:
+    from helpers_training import write_quickstart_config
+
+    from msmon.config.loader import load_config
+    from msmon.validate.validator import validate
+
+    def ms012(overrides: dict, **monitor) -> list[str]:
+        config = write_quickstart_config(tmp_path, overrides=overrides, **monitor)
+        return [f.path for f in validate(load_config(config), cwd=tmp_path).findings if f.code == "MS012"]
+
+    assert ms012({}) == []
+    assert ms012({"tensorboard.tensorboard_dir": "tb"}, monitor_type=["file", "tensorboard"]) == [
+        "tensorboard.tensorboard_dir"]
+    assert ms012({"tensorboard.tensorboard_dir": "tb"}, monitor_type=["file"]) == []
+    assert ms012({}, monitor_on=True, dump_path="", step_interval=5, log_interval=10) == [
+        "monitor_config.step_interval"]
+    assert ms012({}, monitor_on=True, dump_path="", step_interval=10, log_interval=10) == []
+
+
+def test_the_key_table_covers_every_mindformers_monitoring_key() -> None:
+    from msmon.compat import MONITORING_KEYS_ELSEWHERE
+    from msmon.config.schema import MINDFORMERS_MONITOR_KEYS
+    from msmon.validate.mf_equivalents import EQUIVALENTS
+
+    keys = {e.key for e in EQUIVALENTS}
+    assert {f"monitor_config.{k}" for k in MINDFORMERS_MONITOR_KEYS} <= keys
+    elsewhere = {where.split(" ")[0] for where in MONITORING_KEYS_ELSEWHERE.values()}
+    assert elsewhere - keys <= {"tensorboard.tensorboard_queue_size"}

@@ -78,3 +78,22 @@ def test_every_malformed_override_is_a_usage_error(tmp_path: Path, override: str
     result = runner.invoke(app, ["validate", str(path), override])
     assert result.exit_code == 2, result.output
     assert "override" in result.output and "Traceback" not in result.output
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(port=st.integers(-10, 70000), master_port=st.integers(-10, 70000),
+       name=st.text(alphabet=string.ascii_letters + "._-/ é", min_size=0, max_size=300),
+       override=st.text(alphabet=string.ascii_letters + "._=[]{}$:'\" ,", max_size=20))
+def test_random_ports_names_and_overrides_never_make_an_internal_error(tmp_path: Path, monkeypatch, port: int,
+                                                                       master_port: int, name: str,
+                                                                       override: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"run_mode": "train", "monitor_config": {"run_name": name}}))
+    args = ["run", str(path), "--dry-run", "--board", "--port", str(port), "--master-port", str(master_port)]
+    result = runner.invoke(app, [*args, *([override] if override and not override.startswith("-") else [])])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), repr(
+        result.exception)
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert list(tmp_path.iterdir()) == [path]  # a dry run creates nothing

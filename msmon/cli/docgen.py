@@ -17,6 +17,7 @@ from msmon.config.coerce import field_docs
 from msmon.config.metrics import METRICS
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings
 from msmon.validate.codes import CODES
+from msmon.validate.mf_equivalents import EQUIVALENTS
 
 CLI_HEADER = """\
 # Command-line reference
@@ -71,6 +72,11 @@ def render_config() -> str:
         shown = json.dumps(default)
         escaped = type_name.replace("|", "\\|")
         lines.append(f"| `{key}` | {escaped} | `{shown}` | {meaning} | {check} |")
+    lines += ["", "## mindformers' monitoring keys and msmon's", "",
+              "What msmon offers for each of mindformers' own monitoring settings (MS012 warns when both are on "
+              "for the same thing, or their intervals disagree):", "",
+              "| mindformers | msmon | note |", "|---|---|---|"]
+    lines += [f"| `{e.key}` | {'-' if e.msmon == '-' else f'`{e.msmon}`'} | {e.note} |" for e in EQUIVALENTS]
     lines += ["", "## Metrics (`track_metrics`)", "", "| name | aliases | meaning |", "|---|---|---|"]
     for spec in METRICS.values():
         aliases = ", ".join(f"`{a}`" for a in spec.aliases)

@@ -20,6 +20,8 @@ CODES: dict[str, str] = {
     "MS010": "the config file is missing, a directory, binary, not UTF-8, empty, or not valid YAML",
     "MS011": "a file the training reads (load_checkpoint, its strategy, the model directory, the dataset) is a "
     "placeholder such as /path/to/... or does not exist; warning: a fine-tune without a checkpoint",
+    "MS012": "warning: a mindformers monitoring setting and msmon's equivalent both on (two TensorBoard writers, "
+    "gradient norms computed twice) or disagreeing (step_interval vs log_interval); docs/config.md maps the keys",
     "MS101": "run_name has path separators, '..', characters other than letters, digits, '-', '_', '.', or more "
     "than 255 of them",
     "MS102": "project_name breaks the same rules",

@@ -26,6 +26,7 @@ from msmon.validate.inputs import check_inputs
 from msmon.validate.interval import check_flight_recorder, check_interval, total_steps
 from msmon.validate.learning_rate import check_learning_rate
 from msmon.validate.metrics import check_metrics
+from msmon.validate.mf_equivalents import check_duplicates
 from msmon.validate.mf_monitoring import check_mindformers_monitoring
 from msmon.validate.names import check_names, model_name, needs_generated_name
 from msmon.validate.registry import check_registry
@@ -39,7 +40,7 @@ def _check_health(ctx: CheckContext) -> list[Finding]:
 
 CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
-    check_registry, _check_health, check_learning_rate, check_mindformers_monitoring, check_inputs,
+    check_registry, _check_health, check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates,
 )
 MAX_UNRESOLVED = 100
 _ABSENT = object()
@@ -112,14 +113,19 @@ def resolve_leniently(loaded: LoadedConfig) -> tuple[dict[str, Any], list[Findin
     return {}, findings
 
 
-def _provenance(loaded: LoadedConfig, section: dict[str, Any], generated: set[str]) -> dict[str, str]:
+def _provenance(loaded: LoadedConfig, section: dict[str, Any], generated: set[str],
+                rejected: set[str]) -> dict[str, str]:
+    """Where each setting's value comes from; ``rejected``: the dotted paths with an error finding (their value
+    as written is not used: the table shows the default)."""
     sources: dict[str, str] = {}
     for key, *_ in field_docs(MonitorSettings):
         dotted = f"monitor_config.{key}"
         present = dotted_get(section, key, _ABSENT) is not _ABSENT
         overridden = any(dotted == o or dotted.startswith(o + ".") or o.startswith(dotted + ".")
                          for o in loaded.override_keys)
-        if key in generated:
+        if dotted in rejected:
+            sources[key] = "rejected: default shown"
+        elif key in generated:
             sources[key] = "generated"
         elif overridden:
             sources[key] = "override"
@@ -155,7 +161,8 @@ def validate(
         section = {}
     else:
         settings, section_findings = check_section(section)
-        findings.extend(section_findings)
+        unresolved = {f.path for f in findings if f.code == "MS004"}  # one finding per root cause: not also MS002
+        findings.extend(f for f in section_findings if f.path not in unresolved)
         section = section if isinstance(section, dict) else {}
     ctx = CheckContext(loaded, training, section, settings, resume=resume, deep=deep, cwd=cwd or Path.cwd())
     generated: set[str] = set()
@@ -171,7 +178,7 @@ def validate(
         findings=findings,
         settings=settings,
         training=training,
-        provenance=_provenance(loaded, section, generated),
+        provenance=_provenance(loaded, section, generated, {f.path for f in findings if f.is_error}),
         has_monitor_config=has_section,
         total_steps=total_steps(ctx),
     )
