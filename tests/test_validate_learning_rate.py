@@ -17,7 +17,8 @@ from msmon.validate import validate_config
 def write(tmp_path: Path, changes: dict[str, Any], drop: tuple[str, ...] = ()) -> Path:
     """BASE_YAML with dotted keys set (None deletes one) as a file."""
     data = base_config()
-    data["train_dataset"] = {"data_loader": {"type": "MindDataset", "num_samples": 400}, "batch_size": 2}
+    data["train_dataset"] = {"data_loader": {"type": "MindDataset", "dataset_dir": "${msmon_dataset:quickstart}",
+                                             "num_samples": 400}, "batch_size": 2}
     data["optimizer"] = {"type": "AdamW"}
     for dotted, value in changes.items():
         *parents, last = dotted.split(".")

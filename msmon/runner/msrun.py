@@ -11,6 +11,7 @@ from msmon import layout
 from msmon.compat import LAYOUT_KEYS, MCORE_CPU_RANKS, expected_world_size, lays_out_ranks, use_legacy
 from msmon.errors import ExitCode, MsmonError
 from msmon.util.mapping import dotted_get
+from msmon.util.numbers import positive_int
 
 WORKER_MODULE = "msmon.runner.worker"
 
@@ -63,6 +64,14 @@ def check_config(training: dict[str, Any], flags: LaunchFlags) -> None:
         raise MsmonError(
             f"parallel_config needs {needed} devices ({layout_text}), but --worker-num {n} starts {n} ranks",
             f"use --worker-num {needed}, or change parallel_config so that its product is {n}",
+        )
+    expert = positive_int(dotted_get(training, "parallel_config.expert_parallel")) or 1
+    stage_devices = needed // (positive_int(dotted_get(training, "parallel_config.pipeline_stage")) or 1)
+    if lays_out_ranks(training) and expert > 1 and stage_devices % expert:
+        raise MsmonError(
+            f"parallel_config.expert_parallel {expert} must divide the devices of one pipeline stage "
+            f"(data_parallel x model_parallel x context_parallel = {stage_devices})",
+            f"pick an expert_parallel that divides {stage_devices}",
         )
     if n and n > 1 and training.get("use_parallel") is not True:
         raise MsmonError(
