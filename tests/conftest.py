@@ -65,7 +65,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     mine = {os.getpid(), *(p.pid for p in _children())}
     import time
 
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # (only while something is left: the groups were stopped just above)
     left = shared_session.leftovers(root, mine)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)

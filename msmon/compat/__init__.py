@@ -69,14 +69,13 @@ from msmon.compat.internals import (
     LossParts,
     Patch,
     PipelineLayout,
-    expected_world_size,
     global_norm_spike_threshold,
     known,
     monitor_config_keys,
     pipeline_layout,
     use_legacy,
 )
-from msmon.compat.parallel import LAYOUT_KEYS, lays_out_ranks, samples_per_step
+from msmon.compat.parallel import LAYOUT_KEYS, expected_world_size, lays_out_ranks, samples_per_step
 from msmon.compat.resume import (
     CPU_BARRIER_PATCHES,
     HYPER_PARAM_FILE,

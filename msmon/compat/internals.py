@@ -263,16 +263,6 @@ def pipeline_layout(config: Mapping[str, Any], world_size: int) -> PipelineLayou
     return PipelineLayout(max(1, world_size), stages, stages > 1 and scheduler == "zero_bubble_v")
 
 
-def expected_world_size(config: Mapping[str, Any]) -> int:
-    """The ranks a parallel config is written for: data x model x context x pipeline parallel (mindformers checks
-    that their product is the device count)."""
-    size = 1
-    for key in ("data_parallel", "model_parallel", "context_parallel", "pipeline_stage"):
-        value = dotted_get(config, f"parallel_config.{key}")
-        size *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-    return size
-
-
 @dataclass(frozen=True)
 class LossFix:
     """``MFLossMonitor``'s correction of the raw loss of a parallel run (``_fix_loss_for_parallel``): it divides by

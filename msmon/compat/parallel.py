@@ -15,6 +15,16 @@ LAYOUT_MODES = (1, 2, "semi_auto_parallel", "auto_parallel")
 LAYOUT_KEYS = ("data_parallel", "model_parallel", "context_parallel", "pipeline_stage")
 
 
+def expected_world_size(config: Mapping[str, Any]) -> int:
+    """The ranks a parallel config is written for: data x model x context x pipeline parallel (mindformers checks
+    that their product is the device count)."""
+    size = 1
+    for key in LAYOUT_KEYS:
+        value = dotted_get(config, f"parallel_config.{key}")
+        size *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    return size
+
+
 def lays_out_ranks(config: Mapping[str, Any]) -> bool:
     """Whether ``parallel_config`` decides the device count (``use_parallel`` in semi-auto or auto mode)."""
     return config.get("use_parallel") is True and dotted_get(config, "parallel.parallel_mode") in LAYOUT_MODES

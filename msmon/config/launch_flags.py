@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from msmon.config.loader import override_value
 from msmon.errors import ExitCode, MsmonError
 
 
@@ -122,6 +121,8 @@ def _typed(flag: LaunchFlag, value: str) -> str:
         except ValueError:
             raise MsmonError(f"{flag.name} {value!r}: expected an integer", f"write {flag.name} 1",
                              ExitCode.USAGE) from None
+    from msmon.config.loader import override_value  # OmegaConf: not at `msmon --help`'s import
+
     return override_value(value)
 
 
