@@ -1,6 +1,7 @@
 """The architecture holds: imports point down the layers, the core never imports Typer or Rich, modules stay small.
 
-The layers (docs/architecture.md): the foundation (``msmon``, errors, findings, layout, compat, util), then config,
+The layers (docs/architecture.md): the foundation (``msmon``, errors, findings, layout, status, compat, util), then
+config,
 then engine / health / validate (siblings that do not import each other), then ops and view, then runner, then cli.
 Every import counts, also the ones inside functions.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "msmon"
-FOUNDATION = {"msmon", "errors", "findings", "layout", "compat", "util"}
+FOUNDATION = {"msmon", "errors", "findings", "layout", "status", "compat", "util"}
 ALLOWED: dict[str, set[str]] = {
     **dict.fromkeys(FOUNDATION, FOUNDATION),
     "config": FOUNDATION | {"config"},
@@ -29,6 +30,8 @@ ALLOWED: dict[str, set[str]] = {
 UI_LIBRARIES = ("typer", "rich", "click")
 UI_ALLOWED = {"cli", "view.live"}  # Rich draws the live panel; everything else is the library core
 MAX_LINES = 300
+#: The modules on either side of the rank boundary (the parent's and the rank's).
+BOUNDARY_MODULES = {"runner.worker", "runner.training_process", "runner.supervise", "runner.restarts"}
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -96,3 +99,62 @@ def test_no_module_over_300_lines_without_a_reason() -> None:
         if len(text.splitlines()) > MAX_LINES and "Kept whole because" not in doc:
             long.append(f"{name}: {len(text.splitlines())} lines")
     assert long == []
+
+
+def _parsed() -> list[tuple[str, ast.AST]]:
+    return [(name, ast.parse(path.read_text(encoding="utf-8"))) for name, path in modules()]
+
+
+def test_status_strings_only_through_the_enum() -> None:
+    """A run status is written ``RunStatus.X`` everywhere but in msmon.status, never as a bare string."""
+    from msmon.status import RunStatus
+
+    values = {status.value for status in RunStatus}
+    bare = [f"{name}:{node.lineno} {node.value!r}" for name, tree in _parsed() if name != "status"
+            for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in values]
+    assert bare == []
+
+
+def test_the_rank_boundary_is_typed() -> None:
+    """The spec a rank receives and the result it leaves are frozen dataclasses; the worker reads no dict spec
+    (no ``spec.get`` or ``spec[...]``) and the result is written from a RankResult only."""
+    import dataclasses
+    import typing
+
+    from msmon.runner import protocol
+
+    for cls in (protocol.RankSpec, protocol.RankResult, protocol.ViewOptions, protocol.BackendAccounting):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+    assert typing.get_type_hints(protocol.write_result)["result"] is protocol.RankResult
+    untyped = []
+    for name, tree in _parsed():
+        if name not in BOUNDARY_MODULES:
+            continue
+        for node in ast.walk(tree):
+            target = node.value if isinstance(node, ast.Subscript) else (
+                node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" else None)
+            spelled = ast.unparse(target) if target is not None else ""
+            if spelled.split(".")[-1] in ("spec", "base_spec"):
+                untyped.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert untyped == []
+
+
+def test_no_except_exception_that_only_logs_at_debug() -> None:
+    """msmon's own breakage is never silent: an ``except Exception`` handler does more than a debug line
+    (msmon.util.internal_errors.report logs it at warning, with its traceback, and counts it)."""
+    hidden = []
+    for name, tree in _parsed():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ExceptHandler) or node.type is None:
+                continue
+            caught = {ast.unparse(t) for t in (node.type.elts if isinstance(node.type, ast.Tuple) else [node.type])}
+            if not caught & {"Exception", "BaseException"}:
+                continue
+            calls = [stmt.value for stmt in node.body
+                     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)]
+            only_debug = len(calls) == len(node.body) and all(
+                isinstance(c.func, ast.Attribute) and c.func.attr == "debug" for c in calls)
+            if only_debug:
+                hidden.append(f"{name}:{node.lineno}")
+    assert hidden == []

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from helpers_checkpoints import checkpoint_tree, cut, write_ckpt, write_safetensors
 from helpers_training import QUICKSTARTS, quickstart_parts, write_quickstart_config
 
@@ -27,10 +28,12 @@ from msmon.runner import attempts, runinfo
 from msmon.runner.checkpoint_files import Incomplete, read_checkpoint
 from msmon.runner.checkpoints import check_fits, latest_checkpoint, resume_overrides, training_layout
 from msmon.runner.plan import RunRequest, prepare
+from msmon.runner.protocol import ViewOptions
 from msmon.runner.restarts import RestartPolicy, restart_cause
 from msmon.runner.results import RunResult
 from msmon.runner.supervise import Run
-from msmon.util.attempt import ENV, Attempt, current
+from msmon.status import RunStatus
+from msmon.util.attempt import ENV, Attempt
 
 
 @pytest.mark.parametrize("fmt", ["ckpt", "safetensors"])
@@ -145,9 +148,9 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
         prepare(RunRequest(config=str(config), resume=True))
     _, plan = prepare(RunRequest(config=str(config)))
     assert plan is not None
-    first = Run(plan, say=lambda line: None)
+    first = Run(plan, say=lambda line: None, view=ViewOptions())
     first.create()
-    first.finish("interrupted", error=None)
+    first.finish(RunStatus.INTERRUPTED, error=None)
     (plan.run_dir / "metrics.jsonl").write_text('{"step": 10}\n{"step": 20}\n')
     before = sorted(p.name for p in plan.run_dir.rglob("*"))
     with pytest.raises(MsmonError, match="no complete checkpoint"):
@@ -157,12 +160,12 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
     result, resumed = prepare(RunRequest(config=str(config), resume=True))
     assert resumed is not None and resumed.resume_point is not None, [f.message for f in result.findings]
     assert any(line.startswith("resume from:   step 10") for line in resumed.describe())
-    second = Run(resumed, say=lambda line: None)
+    second = Run(resumed, say=lambda line: None, view=ViewOptions())
     second.create()
     spec = second.training.spec
-    assert "resume_training='llama_rank_0-1_10.ckpt'" in spec["overrides"]
-    assert current(spec["env"]) == Attempt(2, 10)
-    second.finish("completed")
+    assert yaml.safe_load(spec.mindformers_yaml.read_text())["resume_training"] == "llama_rank_0-1_10.ckpt"
+    assert spec.attempt == Attempt(2, 10)
+    second.finish(RunStatus.COMPLETED)
     info = runinfo.read_run_info(plan.run_dir)
     assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("interrupted", "start"), ("completed", "resume")]
     assert info["layout"]["world_size"] == 1 and not list(plan.run_dir.glob("run.previous-*"))
@@ -173,13 +176,14 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
 def test_the_restart_policy() -> None:
     policy = RestartPolicy(3, 10.0)
     assert [policy.delay(n) for n in (1, 2, 3, 10)] == [10.0, 20.0, 40.0, 300.0]
-    crash = RunResult("failed", "the training process exited with code -9 without a result")
+    crash = RunResult(RunStatus.FAILED, "the training process exited with code -9 without a result")
     assert restart_cause(crash, progressed=True) and restart_cause(crash, progressed=False) is None
-    hang = RunResult("stopped_by_monitor", stop_reason("stall", 120, "stall: no training step has ended"))
+    hang = RunResult(RunStatus.STOPPED_BY_MONITOR, stop_reason("stall", 120, "stall: no training step has ended"))
     assert restart_cause(hang, progressed=True)
-    assert restart_cause(RunResult("stopped_by_monitor", stop_reason("nonfinite", 5, "NaN")), progressed=True) is None
-    assert restart_cause(RunResult("interrupted"), progressed=True) is None
-    assert restart_cause(RunResult("completed"), progressed=True) is None
+    nonfinite = RunResult(RunStatus.STOPPED_BY_MONITOR, stop_reason("nonfinite", 5, "NaN"))
+    assert restart_cause(nonfinite, progressed=True) is None
+    assert restart_cause(RunResult(RunStatus.INTERRUPTED), progressed=True) is None
+    assert restart_cause(RunResult(RunStatus.COMPLETED), progressed=True) is None
 
 
 class _Params(dict):

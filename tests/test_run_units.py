@@ -14,7 +14,10 @@ from helpers_training import write_quickstart_config
 from msmon.errors import MsmonError
 from msmon.runner import msrun, results, rundir, runinfo
 from msmon.runner.plan import RunRequest, prepare
+from msmon.runner.protocol import ViewOptions, read_results
 from msmon.runner.supervise import Run
+from msmon.status import RunStatus
+from msmon.util.internal_errors import InternalErrors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,9 +68,9 @@ def test_no_resolved_secret_reaches_the_run_directory(tmp_path: Path, monkeypatc
     result, plan = prepare(RunRequest(config=str(config), command=command))
     assert plan is not None, [f.message for f in result.findings]
     assert plan.settings.mlflow.tracking_uri == f"http://bob:{secret}@127.0.0.1:5999"  # resolved in memory
-    run = Run(plan, say=lambda line: None)
+    run = Run(plan, say=lambda line: None, view=ViewOptions())
     run.create()
-    run.finish("completed")
+    run.finish(RunStatus.COMPLETED)
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert plan.run_dir / "monitor_config.resolved.yaml" in files
     for path in files:
@@ -85,13 +88,12 @@ def test_run_json_end_fields_and_status_check() -> None:
     )
     assert start["status"] == "running" and start["end_time"] is None
     assert start["git_commit"] is not None and len(start["git_commit"]) == 40
-    end = runinfo.finish_info(start, status="failed", exit_code=3, last_step=5, dropped_records=2, alert_count=1,
-                              error="ValueError: x")
+    end = runinfo.finish_info(start, status=RunStatus.FAILED, exit_code=3, last_step=5, dropped_records=2,
+                              alert_count=1, error="ValueError: x", internal=InternalErrors(1, "writer tick: E"))
     assert (end["status"], end["exit_code"], end["last_step"], end["error"]) == ("failed", 3, 5, "ValueError: x")
+    assert (end["internal_errors"], end["first_internal_error"]) == (1, "writer tick: E")
     assert end["end_time"] >= end["start_time"]
-    with pytest.raises(ValueError):
-        runinfo.finish_info(start, status="done", exit_code=0, last_step=1, dropped_records=0, alert_count=0,
-                            error=None)
+    assert json.loads(json.dumps(end))["status"] == "failed"
 
 
 def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
@@ -126,7 +128,7 @@ def _results(run_dir: Path, *rows: dict) -> None:
 )
 def test_rank_results_decide_the_run_status(tmp_path: Path, rows: list[dict], code: int, expected: tuple) -> None:
     _results(tmp_path, *rows)
-    result = results.decide(results.read_results(tmp_path), returncode=code, ranks_here=[0, 1], distributed=True,
+    result = results.decide(read_results(tmp_path), returncode=code, ranks_here=[0, 1], distributed=True,
                             stop_requested=False, where=tmp_path)
     assert result.status == expected[0]
     if expected[1] is not None:
@@ -136,9 +138,12 @@ def test_rank_results_decide_the_run_status(tmp_path: Path, rows: list[dict], co
 
 
 def test_totals_add_up_over_ranks(tmp_path: Path) -> None:
-    _results(tmp_path, {"rank": 0, "last_step": 40, "dropped_records": 2, "alert_count": 1},
-             {"rank": 1, "last_step": 40, "dropped_records": 0, "alert_count": 0})
-    assert results.totals(results.read_results(tmp_path)) == (40, 2, 1)
+    _results(tmp_path, {"rank": 0, "status": "completed", "last_step": 40, "dropped_records": 2, "alert_count": 1},
+             {"rank": 1, "status": "completed", "last_step": 40, "dropped_records": 0, "alert_count": 0,
+              "internal_errors": 2, "first_internal_error": "writer tick: TypeError: x"})
+    summed = results.totals(read_results(tmp_path))
+    assert (summed.last_step, summed.dropped_records, summed.alert_count) == (40, 2, 1)
+    assert summed.internal_errors == InternalErrors(2, "writer tick: TypeError: x")
 
 
 def test_worker_commands() -> None:
@@ -180,20 +185,20 @@ def test_resume_reuses_the_run_directory_and_lists_the_attempts(
     monkeypatch.chdir(tmp_path)
     config = write_quickstart_config(tmp_path, steps=10, run_name="again")
     _, plan = prepare(RunRequest(config=str(config)))
-    first = Run(plan, say=lambda line: None)
+    first = Run(plan, say=lambda line: None, view=ViewOptions())
     first.create()
-    first.finish("failed", error="E: boom")
+    first.finish(RunStatus.FAILED, error="E: boom")
     (plan.run_dir / "metrics.jsonl").write_text('{"step": 10}\n')
     refused, none = prepare(RunRequest(config=str(config)))
     assert none is None and any(f.code == "MS103" for f in refused.findings)
     with pytest.raises(MsmonError, match="already exists"):  # the atomic mkdir, should validation race
-        Run(plan, say=lambda line: None).create()
+        Run(plan, say=lambda line: None, view=ViewOptions()).create()
     checkpoint_tree(plan.run_dir, [10])
     result, resumed = prepare(RunRequest(config=str(config), resume=True))
     assert resumed is not None, [f.message for f in result.findings]
-    second = Run(resumed, say=lambda line: None)
+    second = Run(resumed, say=lambda line: None, view=ViewOptions())
     second.create()
-    second.finish("completed")
+    second.finish(RunStatus.COMPLETED)
     info = runinfo.read_run_info(plan.run_dir)
     assert [(a["status"], a["error"]) for a in info["attempts"]] == [("failed", "E: boom"), ("completed", None)]
     assert info["status"] == "completed"

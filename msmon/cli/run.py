@@ -83,7 +83,9 @@ def launch(request: RunRequest, *, dry_run: bool, plain: bool, framework_logs: b
     """Validate, then train (or print the plan); exits with the run's code (`msmon run` and `msmon resume`)."""
     from msmon.cli.render import finding_line
     from msmon.runner.plan import prepare
+    from msmon.runner.protocol import ViewOptions
     from msmon.runner.supervise import run as run_plan
+    from msmon.status import RunStatus
     from msmon.util import logs
 
     config = request.config
@@ -101,11 +103,10 @@ def launch(request: RunRequest, *, dry_run: bool, plain: bool, framework_logs: b
         return
     if not logs.has_console_handler():
         logs.attach(logs.console_handler(logging.INFO if plan.settings.verbose else logging.WARNING))
-    view = {"live_view": True, "plain": plain, "total_steps": result.total_steps, "framework_logs": framework_logs}
-    outcome = run_plan(plan, _say, view)
+    outcome = run_plan(plan, _say, ViewOptions(plain, framework_logs, result.total_steps))
     detail = f": {outcome.error}" if outcome.error else ""
     _say(f"run {outcome.status}{detail} (exit {outcome.exit_code}; run directory {outcome.run_dir})")
-    if outcome.status == "failed":
+    if outcome.status is RunStatus.FAILED:
         _say(f"traceback: {outcome.run_dir / 'logs' / 'msmon.log'}")
     _ending(plan, outcome.run_dir, report)
     raise typer.Exit(outcome.exit_code)

@@ -9,10 +9,11 @@ import typer
 from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
+from msmon.status import RunStatus
 
 STATUS_COLOURS = {
-    "running": "green", "completed": "cyan", "failed": "red", "interrupted": "yellow",
-    "stopped_by_monitor": "magenta", "stale": "bold red", "unknown": "dim",
+    RunStatus.RUNNING: "green", RunStatus.COMPLETED: "cyan", RunStatus.FAILED: "red", RunStatus.INTERRUPTED: "yellow",
+    RunStatus.STOPPED_BY_MONITOR: "magenta", "stale": "bold red", "unknown": "dim",
 }
 
 
@@ -49,7 +50,7 @@ def runs(
         beat = "-" if age is None else format_duration(age)
         if info.stale:
             beat = f"[bold red]{beat}[/]"
-        elif age is not None and age > limit and info.status == "running":
+        elif age is not None and age > limit and info.status == RunStatus.RUNNING:
             beat = f"[yellow]{beat}[/]"
         table.add_row(
             info.project, info.run, f"[{STATUS_COLOURS.get(info.status, 'default')}]{info.status}[/]",

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
+from msmon.status import RunStatus
 
-STATE_COLOURS = {"not responding": "bold red", "stopped": "bold red", "no heartbeat": "yellow", "failed": "red"}
+STATE_COLOURS = {"not responding": "bold red", "stopped": "bold red", "no heartbeat": "yellow", RunStatus.FAILED: "red"}
 
 
 def register(app: typer.Typer) -> None:

@@ -74,8 +74,6 @@ WORLD_SIZE = "world_size"
 PARALLEL_DIMS = ("data_parallel", "model_parallel", "pipeline_stage", "context_parallel")
 #: The results of a run, written when it ends (``status`` is the run's final status).
 RESULTS: tuple[str, ...] = ("final_loss", "best_loss", "steps", "status")
-#: A run's status in run.json and in the results (``running`` until it ends).
-RUN_STATUSES: tuple[str, ...] = ("running", "completed", "failed", "interrupted", "stopped_by_monitor")
 
 Value = float | int | str
 

@@ -16,6 +16,8 @@ from typing import Any
 from msmon.engine.backends.base import Backend
 from msmon.engine.drop_queue import DropQueue
 from msmon.errors import describe
+from msmon.status import RunStatus
+from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
 
@@ -115,7 +117,7 @@ class BackendRunner:
             if closing:
                 break
         if self._opened:
-            self._call("close", self._closing or "completed")
+            self._call("close", self._closing or RunStatus.COMPLETED)
         self.stats.lost += sum(1 for kind, _ in self._queue.drain() if kind == "record") + self.backend.records_lost
         self.stats.dropped = self.dropped
 
@@ -163,6 +165,10 @@ class BackendRunner:
             self.stats.lost += sum(1 for kind, _ in rest if kind == "record")
         return False
 
+    def prepare(self) -> None:
+        """The backend's ``prepare`` on the thread that starts the session; a failure counts as the backend's."""
+        self._call("prepare")
+
     def _call(self, method: str, *args: Any) -> bool:
         self._error = None
         try:
@@ -187,8 +193,8 @@ class BackendRunner:
         if self.on_failure is not None:
             try:
                 self.on_failure(self, exc)
-            except Exception:
-                logger.debug("msmon: failure hook of '%s' failed", name)
+            except Exception as hook_exc:
+                internal_errors.report(f"the failure hook of backend '{name}'", hook_exc)
         if not self._warned:
             self._warned = True
             then = (

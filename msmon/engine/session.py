@@ -22,6 +22,7 @@ from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import StepProgress, canonical_metrics, console_line
 from msmon.engine.writer import Writer
 from msmon.errors import describe
+from msmon.status import RunStatus
 
 logger = logging.getLogger("msmon")
 
@@ -117,10 +118,7 @@ class MonitorSession:
                 except OSError as exc:
                     logger.warning("msmon: cannot create %s: %s (training continues)", self.run_dir, describe(exc))
             for runner in self.writer.runners:
-                try:
-                    runner.backend.prepare()
-                except Exception as exc:  # its open() fails and is reported by the writer
-                    logger.debug("msmon: backend '%s' prepare failed: %s", runner.backend.name, describe(exc))
+                runner.prepare()
             self.writer.start()
             self.rank_heartbeat.start()
             atexit.register(self._close_at_exit)
@@ -167,7 +165,7 @@ class MonitorSession:
         if self.stop_reason is None:
             self.stop_reason = reason
 
-    def close(self, status: str = "completed", budget_cap_s: float | None = None) -> SessionSummary:
+    def close(self, status: str = RunStatus.COMPLETED, budget_cap_s: float | None = None) -> SessionSummary:
         """Flush everything, close the backends (each within its own budget, ``budget_cap_s`` shortening them)
         and the listeners; safe to call more than once."""
         with self._close_lock:
@@ -183,7 +181,7 @@ class MonitorSession:
             return self._summary
 
     def _close_at_exit(self) -> None:
-        self.close("interrupted")
+        self.close(RunStatus.INTERRUPTED)
 
     def _make_summary(self, late: list[str]) -> SessionSummary:
         stats = [runner.stats for runner in self.writer.runners]

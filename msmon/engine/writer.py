@@ -16,7 +16,7 @@ from typing import Any
 
 from msmon.engine.backend_runner import BackendRunner
 from msmon.engine.drop_queue import DropQueue
-from msmon.errors import describe
+from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
 
@@ -48,7 +48,6 @@ class Writer:
         self._status = status
         self._alerts: deque[dict[str, Any]] = deque()
         self._listener_failures: dict[int, int] = {}
-        self._listener_warned: set[int] = set()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="msmon-writer", daemon=True)
 
@@ -133,7 +132,7 @@ class Writer:
             try:
                 self._on_record(record)
             except Exception as exc:  # a monitor never breaks training
-                logger.debug("msmon: record hook failed: %s", describe(exc))
+                internal_errors.report("the record hook", exc)
         for listener in self.listeners:
             self._listener_call(listener, "on_record", record)
 
@@ -145,12 +144,7 @@ class Writer:
         try:
             getattr(listener, method)(*args)
         except Exception as exc:
-            if key not in self._listener_warned:
-                self._listener_warned.add(key)
-                logger.warning(
-                    "msmon: listener %s %s failed: %s (training continues)",
-                    type(listener).__name__, method, describe(exc),
-                )
+            internal_errors.report(f"listener {type(listener).__name__}.{method}", exc)
             self._listener_failures[key] = failures + 1
         else:
             self._listener_failures[key] = 0
@@ -161,4 +155,4 @@ class Writer:
         try:
             self._tick()
         except Exception as exc:
-            logger.debug("msmon: writer tick failed: %s", describe(exc))
+            internal_errors.report("the writer tick (heartbeat, disk guard)", exc)

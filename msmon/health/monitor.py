@@ -15,6 +15,7 @@ from msmon.health.detectors.base import Detector
 from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.groups import GroupNorms
+from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
 
@@ -105,8 +106,7 @@ class HealthMonitor:
                 try:
                     signal = det.observe(record)
                 except Exception as exc:  # noqa: BLE001 - a broken detector must not stop the others
-                    logger.warning("health detector %s failed (%s: %s); it is disabled", det.name,
-                                   type(exc).__name__, exc)
+                    internal_errors.report(f"health detector {det.name} (now disabled)", exc)
                     self.detectors.remove(det)
                     continue
                 if signal is not None:

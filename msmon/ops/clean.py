@@ -10,6 +10,7 @@ from pathlib import Path
 
 from msmon.errors import ExitCode, MsmonError
 from msmon.ops.runs import RunInfo, find_run_dirs, read_run
+from msmon.status import RunStatus
 from msmon.util.files import tree_size
 
 
@@ -66,7 +67,7 @@ def plan(save_dir: Path, older_than_s: float, keep_last: int = 0, now: float | N
     newest = {id(e) for group in recent.values() for e in group[:keep_last]}
     result = CleanResult()
     for entry in entries:
-        if entry.info.status == "running":
+        if entry.info.status == RunStatus.RUNNING:
             entry.reason = "running (fresh heartbeat)"
         elif not _inside(entry.info.path, save_dir):
             entry.reason = "not a directory strictly inside the save_dir"
@@ -99,7 +100,7 @@ def clean(
     errors: list[str] = []
     for entry in list(result.removed):
         path = entry.info.path
-        if read_run(path, root).status == "running":  # it came back to life since the plan
+        if read_run(path, root).status == RunStatus.RUNNING:  # it came back to life since the plan
             result.removed.remove(entry)
             entry.reason = "running (fresh heartbeat)"
             result.kept.append(entry)

@@ -13,6 +13,7 @@ from typing import Any
 from msmon import layout
 from msmon.errors import MsmonError
 from msmon.ops.ranks import RankReport, report, summary
+from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.files import subdirs
 from msmon.util.jsonfiles import read_json_object, read_jsonl_tail
@@ -168,16 +169,17 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     alerts = _count_lines(path / layout.ALERTS)
     info.alert_count = alerts if alerts is not None else (run or {}).get("alert_count")
     recorded = (run or {}).get("status")
-    if recorded == "running" or (recorded is None and heartbeat is not None):
+    if recorded == RunStatus.RUNNING or (recorded is None and heartbeat is not None):
         age = info.heartbeat_age_s
         if age is None:
             age = now - (info.start.timestamp() if info.start else info.last_modified)
         info.stale = is_stale(heartbeat, run, info.start, age, stale_after_s)
-        info.status = "stale" if info.stale else "running"
+        info.status = "stale" if info.stale else RunStatus.RUNNING.value
     elif isinstance(recorded, str):
         info.status = recorded
     if info.start is not None:
-        end = info.end.timestamp() if info.end else (now if info.status == "running" else beat or info.last_modified)
+        running = info.status == RunStatus.RUNNING
+        end = info.end.timestamp() if info.end else (now if running else beat or info.last_modified)
         info.duration_s = max(0.0, end - info.start.timestamp())
     return info
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.runner.runinfo import now_iso
+from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_text
 from msmon.util.files import subdirs
 
@@ -26,7 +27,10 @@ STEPPED_FILES = (layout.METRICS, layout.METRICS_CSV, layout.ALERTS)
 #: ``reason`` of an attempt: the first start, a resume asked for by the user, an automatic restart.
 START, RESUME, RESTART = "start", "resume", "restart"
 #: What an attempt entry of run.json holds when it ends.
-END_FIELDS = ("status", "exit_code", "last_step", "alert_count", "dropped_records", "records_lost", "error")
+END_FIELDS = ("status", "exit_code", "last_step", "alert_count", "dropped_records", "records_lost", "internal_errors",
+              "error")
+#: What run.json sums over the attempts.
+SUMMED = ("alert_count", "dropped_records", "records_lost", "internal_errors")
 
 
 def _json_step(line: str) -> int | None:
@@ -99,8 +103,9 @@ def carried_over(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
         entries = [{"attempt": 1, "start_time": previous.get("start_time"), "resumed_from_step": None,
                     "reason": START, **{key: previous.get(key) for key in END_FIELDS}}]
     for entry in entries:  # an msmon that was killed itself left its last attempt running
-        if entry.get("status") in (None, "running"):
-            entry.update(status="failed", error=entry.get("error") or "msmon itself ended during this attempt",
+        if RunStatus.parse(entry.get("status")) in (None, RunStatus.RUNNING):
+            entry.update(status=RunStatus.FAILED.value,
+                         error=entry.get("error") or "msmon itself ended during this attempt",
                          end_time=entry.get("end_time") or previous.get("end_time"))
     return entries
 
@@ -110,7 +115,7 @@ def begin(info: dict[str, Any], *, resumed_from: dict[str, Any] | None, reason: 
     ``ResumePoint.to_json()``, None when training from the start)."""
     attempts = info.setdefault("attempts", [])
     entry: dict[str, Any] = {
-        "attempt": len(attempts) + 1, "start_time": now_iso(), "end_time": None, "status": "running",
+        "attempt": len(attempts) + 1, "start_time": now_iso(), "end_time": None, "status": RunStatus.RUNNING.value,
         "reason": reason, "resumed_from_step": resumed_from["step"] if resumed_from else None,
         "checkpoint": resumed_from["path"] if resumed_from else None,
     }
@@ -127,7 +132,7 @@ def finish(info: dict[str, Any]) -> dict[str, Any]:
     """run.json at the end of ``msmon run``: the last attempt closed with the run's end (its last step from the
     attempt when the ranks left no result), then the totals over the attempts."""
     entries = info.get("attempts") or []
-    if entries and entries[-1].get("status") == "running":
+    if entries and entries[-1].get("status") == RunStatus.RUNNING:
         last = entries[-1]
         step = info.get("last_step") if info.get("last_step") is not None else last.get("last_step")
         end(last, **{**{key: info.get(key) for key in END_FIELDS}, "last_step": step})
@@ -141,7 +146,6 @@ def totals(info: dict[str, Any]) -> dict[str, Any]:
     attempts = info.get("attempts") or []
     if len(attempts) < 2:
         return info
-    summed = {key: sum(int(entry.get(key) or 0) for entry in attempts)
-              for key in ("alert_count", "dropped_records", "records_lost")}
+    summed = {key: sum(int(entry.get(key) or 0) for entry in attempts) for key in SUMMED}
     summed["alert_count"] += sum(entry.get("reason") == RESTART for entry in attempts)
     return {**info, **summed}

@@ -10,6 +10,7 @@ first step (a configuration error), a user's Ctrl-C or SIGTERM, or another detec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from msmon.health.alert import Alert
 from msmon.health.monitor import stopping_detector
 from msmon.runner import attempts, results, rundir, runinfo
 from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, resume_overrides, training_layout
+from msmon.runner.protocol import RankResult, read_results
 from msmon.runner.results import RunResult
 from msmon.runner.training_process import TrainingProcess
+from msmon.status import RunStatus
 from msmon.util.attempt import Attempt
 from msmon.util.jsonfiles import read_json_object
 
@@ -47,17 +50,17 @@ class RestartPolicy:
 
 def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
     """Why an attempt that ended with ``result`` deserves a restart, or None (a signal is checked by the caller)."""
-    if result.status == "failed" and progressed:
+    if result.status is RunStatus.FAILED and progressed:
         return f"failed: {result.error}"
-    if result.status == "stopped_by_monitor" and stopping_detector(result.error) == "stall":
+    if result.status is RunStatus.STOPPED_BY_MONITOR and stopping_detector(result.error) == "stall":
         return f"was stopped by the monitor for a hang: {result.error}"
     return None
 
 
-def last_step_seen(run_dir: Path, ranks: dict[int, dict[str, Any]], since: float) -> int | None:
+def last_step_seen(run_dir: Path, ranks: dict[int, RankResult], since: float) -> int | None:
     """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else rank 0's heartbeat
     (a killed process leaves no result)."""
-    steps = [r["last_step"] for r in ranks.values() if isinstance(r.get("last_step"), int)]
+    steps = [r.last_step for r in ranks.values() if r.last_step is not None]
     try:
         beat = read_json_object(run_dir / layout.HEARTBEAT)
         if float(beat.get("time") or 0) >= since and isinstance(beat.get("step"), int):
@@ -75,7 +78,7 @@ class AttemptLoop:
         self.plan = run.plan
         self.run_dir: Path = run.plan.run_dir
         self.policy = RestartPolicy(self.plan.request.max_restarts, self.plan.request.restart_backoff_s)
-        self.base_spec = dict(run.training.spec)
+        self.base_spec = run.training.spec
         self.restarts = 0
         self.entry: dict[str, Any] = {}
         self.started = time.time()
@@ -101,14 +104,11 @@ class AttemptLoop:
         if supersede:
             self.run.restarted()  # the rank watcher forgets the earlier attempt's ranks
         self.entry = attempts.begin(self.run.info, resumed_from=point.to_json() if point else None, reason=reason)
-        overrides = list(self.plan.request.overrides)
         resuming = resume_overrides(point, self.run_dir, self.plan.training) if point is not None else []
-        overrides += resuming
         rundir.write_mindformers_yaml(self.run_dir, self.plan.loaded, resuming)
         # a restart without a checkpoint trains from step 0 again: the backends still continue from there
         attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0)
-        spec = {**self.base_spec, "overrides": overrides, "env": attempt.env()}
-        self.run.training = TrainingProcess(self.plan.request, spec, self.run_dir)
+        self.run.training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
         self.started = time.time()
 
     def _write(self) -> None:
@@ -123,7 +123,7 @@ class AttemptLoop:
             result = self.run.training.run(on_poll=self.run._react)
             self.run._react()
             result = self.run.judged(result)
-            ranks = results.read_results(self.run_dir)
+            ranks = read_results(self.run_dir)
             last = last_step_seen(self.run_dir, ranks, self.started)
             self.entry["last_step"] = last
             start = self.entry.get("resumed_from_step") or 0
@@ -141,14 +141,15 @@ class AttemptLoop:
             self._alert(cause, point, delay, last)
             self._write()
             if not self._wait(delay):
-                return RunResult("interrupted")
+                return RunResult(RunStatus.INTERRUPTED)
             self._begin(point, attempts.RESTART, supersede=True)
             self._write()
 
-    def _end(self, result: RunResult, ranks: dict[int, dict[str, Any]], last: int | None) -> None:
-        _, dropped, alerts = results.totals(ranks)
-        attempts.end(self.entry, status=result.status, exit_code=self.run.exit_code(result.status), last_step=last,
-                     alert_count=alerts, dropped_records=dropped, error=result.error,
+    def _end(self, result: RunResult, ranks: dict[int, RankResult], last: int | None) -> None:
+        summed = results.totals(ranks)
+        attempts.end(self.entry, status=result.status.value, exit_code=self.run.exit_code(result.status),
+                     last_step=last, alert_count=summed.alert_count, dropped_records=summed.dropped_records,
+                     internal_errors=summed.internal_errors.count, error=result.error,
                      records_lost=results.backend_accounting(ranks)["records_lost"])
 
     def _alert(self, cause: str, point: ResumePoint | None, delay: float, last: int | None) -> None:

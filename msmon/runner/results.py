@@ -1,4 +1,4 @@
-"""Each rank's end status (``logs/rank_N.result.json``) and the run's status decided from them."""
+"""The status of one attempt decided from its ranks' results (msmon.runner.protocol), and their totals."""
 
 from __future__ import annotations
 
@@ -6,85 +6,75 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msmon import layout
-from msmon.util.atomic import atomic_write_json
-from msmon.util.jsonfiles import read_json_object
+from msmon.runner.protocol import RankResult
+from msmon.status import RunStatus
+from msmon.util.internal_errors import InternalErrors
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    status: str
+    """How an attempt (and at last the run) ended."""
+
+    status: RunStatus
     error: str | None = None
 
 
-def write_result(run_dir: Path, rank: int, result: dict[str, Any]) -> None:
-    """Leave one rank's end status for the parent ``msmon run`` (its directory recreated if it was removed)."""
-    path = layout.rank_result(run_dir, rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"rank": rank, **result})
-
-
-def read_results(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """rank -> its result, for every readable result file."""
-    results = {}
-    for path in (run_dir / layout.LOGS).glob(layout.RESULT_GLOB):
-        try:
-            data = read_json_object(path)
-            results[int(data["rank"])] = data
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return results
-
-
-def clear_results(run_dir: Path) -> None:
-    """Remove the results left by an earlier attempt in this run directory."""
-    for old in (run_dir / layout.LOGS).glob(layout.RESULT_GLOB):
-        old.unlink(missing_ok=True)
-
-
 def decide(
-    results: dict[int, dict[str, Any]], *, returncode: int | None, ranks_here: list[int], distributed: bool,
+    results: dict[int, RankResult], *, returncode: int | None, ranks_here: list[int], distributed: bool,
     stop_requested: bool, where: Path,
 ) -> RunResult:
     """The run's status: a failed rank wins, then a monitor stop, then an interruption; a missing result of a rank
     of this machine (``ranks_here``), or a single training process that ended badly, is a failure naming ``where``
     to look. With ranks, their results decide, not msrun's exit code: on a machine that also starts a scheduler
     msrun can exit 1 after every rank completed (two nodes on one host: the second scheduler cannot bind)."""
-    failed = [r for r in results.values() if r.get("status") == "failed"]
+    failed = [r for r in results.values() if r.status is RunStatus.FAILED]
     if failed:
-        first = min(failed, key=lambda r: r["rank"])
-        prefix = f"rank {first['rank']}: " if distributed else ""
-        return RunResult("failed", f"{prefix}{first.get('error')}")
-    stopped = [r for r in results.values() if r.get("status") == "stopped_by_monitor"]
+        first = min(failed, key=lambda r: r.rank)
+        prefix = f"rank {first.rank}: " if distributed else ""
+        return RunResult(RunStatus.FAILED, f"{prefix}{first.error}")
+    stopped = [r for r in results.values() if r.status is RunStatus.STOPPED_BY_MONITOR]
     if stopped:
-        return RunResult("stopped_by_monitor", stopped[0].get("error"))
-    if stop_requested or any(r.get("status") == "interrupted" for r in results.values()):
-        return RunResult("interrupted")
+        return RunResult(RunStatus.STOPPED_BY_MONITOR, stopped[0].error)
+    if stop_requested or any(r.status is RunStatus.INTERRUPTED for r in results.values()):
+        return RunResult(RunStatus.INTERRUPTED)
     missing = [rank for rank in ranks_here if rank not in results]
     if missing or (returncode != 0 and not distributed):
         of = f" of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if distributed else ""
-        return RunResult("failed", f"the training process exited with code {returncode} without a result{of} "
-                                   f"(see {where})")
-    return RunResult("completed")
+        return RunResult(RunStatus.FAILED, f"the training process exited with code {returncode} without a "
+                                           f"result{of} (see {where})")
+    return RunResult(RunStatus.COMPLETED)
 
 
-def backend_accounting(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """What the backends kept and lost, over the ranks: ``records_lost`` (summed), ``backends_failed_to_close``
-    (every rank's), ``backends`` (the lowest writing rank's per-backend counts)."""
-    writing = [results[rank] for rank in sorted(results) if results[rank].get("backends")]
+def backend_accounting(results: dict[int, RankResult]) -> dict[str, Any]:
+    """What the backends kept and lost, over the ranks (run.json's keys): ``records_lost`` (summed),
+    ``backends_failed_to_close`` (every rank's), ``backends`` (the lowest writing rank's per-backend counts)."""
+    writing = [results[rank].accounting for rank in sorted(results) if results[rank].accounting.backends]
     return {
-        "records_lost": sum(int(r.get("records_lost") or 0) for r in results.values()),
-        "backends_failed_to_close": sorted({name for r in results.values()
-                                            for name in r.get("backends_failed_to_close") or []}),
-        "backends": writing[0]["backends"] if writing else {},
+        "records_lost": sum(r.accounting.records_lost or 0 for r in results.values()),
+        "backends_failed_to_close": sorted({name for r in results.values() for name in r.accounting.failed_to_close}),
+        "backends": writing[0].backends if writing else {},
     }
 
 
-def totals(results: dict[int, dict[str, Any]]) -> tuple[int | None, int, int]:
-    """(last step, dropped records, alert count) over the ranks' results."""
-    steps = [r["last_step"] for r in results.values() if r.get("last_step") is not None]
-    return (
+@dataclass(frozen=True)
+class Totals:
+    """An attempt's sums over its ranks."""
+
+    last_step: int | None = None
+    dropped_records: int = 0
+    alert_count: int = 0
+    internal_errors: InternalErrors = InternalErrors()
+
+
+def totals(results: dict[int, RankResult]) -> Totals:
+    """The last step, dropped records, alerts and internal errors over the ranks' results."""
+    steps = [r.last_step for r in results.values() if r.last_step is not None]
+    errors = InternalErrors()
+    for rank in sorted(results):
+        errors += results[rank].internal_errors
+    return Totals(
         max(steps) if steps else None,
-        sum(int(r.get("dropped_records") or 0) for r in results.values()),
-        sum(int(r.get("alert_count") or 0) for r in results.values()),
+        sum(r.dropped_records for r in results.values()),
+        sum(r.alert_count for r in results.values()),
+        errors,
     )

@@ -13,6 +13,7 @@ import psutil
 from msmon import layout
 from msmon.errors import MsmonError
 from msmon.runner.checkpoints import ResumePoint, check_fits, latest_checkpoint
+from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.jsonfiles import read_json_object
 
@@ -31,7 +32,9 @@ def recorded_info(run_dir: Path) -> dict[str, Any] | None:
 def still_running(info: Mapping[str, Any]) -> bool:
     """Whether the ``msmon run`` that wrote ``info`` still runs on this host."""
     pid = info.get("pid")
-    if info.get("status") != "running" or info.get("host") != socket.gethostname() or not procs.pid_running(pid):
+    if info.get("status") != RunStatus.RUNNING or info.get("host") != socket.gethostname():
+        return False
+    if not procs.pid_running(pid):
         return False
     return any("msmon" in part for part in procs.cmdline(psutil.Process(int(pid))))  # type: ignore[arg-type]
 

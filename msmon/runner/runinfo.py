@@ -10,10 +10,11 @@ from typing import Any
 
 from msmon import layout
 from msmon.compat import package_version
-from msmon.config.hyperparameters import RUN_STATUSES
 from msmon.runner.rundir import mask_url_passwords
+from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
 from msmon.util.git import git_commit
+from msmon.util.internal_errors import InternalErrors
 from msmon.util.jsonfiles import read_json_object
 
 
@@ -54,7 +55,7 @@ def start_info(
         "total_steps": total_steps,
         "start_time": now_iso(),
         "end_time": None,
-        "status": "running",
+        "status": RunStatus.RUNNING.value,
         "last_step": None,
         "exit_code": None,
         "dropped_records": 0,
@@ -62,6 +63,8 @@ def start_info(
         "backends_failed_to_close": [],
         "backends": {},
         "alert_count": 0,
+        "internal_errors": 0,
+        "first_internal_error": None,
         "error": None,
     }
 
@@ -69,21 +72,21 @@ def start_info(
 def finish_info(
     info: dict[str, Any],
     *,
-    status: str,
+    status: RunStatus,
     exit_code: int,
     last_step: int | None,
     dropped_records: int,
     alert_count: int,
     error: str | None,
+    internal: InternalErrors,
     accounting: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``info`` with the end of the run filled in (``accounting``: records_lost, backends_failed_to_close,
     backends, as results.backend_accounting gives them)."""
-    if status not in RUN_STATUSES:
-        raise ValueError(f"unknown run status {status!r}")
     return dict(
-        info, status=status, exit_code=exit_code, last_step=last_step, end_time=now_iso(),
-        dropped_records=dropped_records, alert_count=alert_count, error=error, **(accounting or {}),
+        info, status=status.value, exit_code=exit_code, last_step=last_step, end_time=now_iso(),
+        dropped_records=dropped_records, alert_count=alert_count, error=error, internal_errors=internal.count,
+        first_internal_error=internal.first, **(accounting or {}),
     )
 
 

@@ -13,30 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
-from msmon.errors import ExitCode, describe
+from msmon.errors import describe
 from msmon.ops.backup import backup_config
 from msmon.runner import attempts, results, rundir, runinfo, stacks
 from msmon.runner.board_beside import BoardBeside
 from msmon.runner.plan import RunPlan
+from msmon.runner.protocol import RankSpec, ViewOptions, read_results
 from msmon.runner.rank_watch import RankWatcher
 from msmon.runner.restarts import AttemptLoop
 from msmon.runner.results import RunResult
 from msmon.runner.resume import recorded_info
 from msmon.runner.training_process import TrainingProcess
-from msmon.util import logs
+from msmon.status import RunStatus, exit_code
+from msmon.util import internal_errors, logs
+from msmon.util.attempt import Attempt
 from msmon.util.files import SpaceReserve
 from msmon.util.mapping import dotted_get
 
 logger = logging.getLogger("msmon")
 
-EXIT_BY_STATUS = {
-    "completed": ExitCode.OK,
-    "failed": ExitCode.TRAINING_FAILED,
-    "stopped_by_monitor": ExitCode.STOPPED_BY_MONITOR,
-}
-EXIT_BY_SIGNAL: dict[int, ExitCode] = {
-    signal.SIGINT: ExitCode.INTERRUPTED_SIGINT, signal.SIGTERM: ExitCode.INTERRUPTED_SIGTERM,
-}
 HARD_DEADLINE_S = 30.0  # after a second signal msmon run ends within this, whatever hangs
 
 
@@ -44,7 +39,7 @@ HARD_DEADLINE_S = 30.0  # after a second signal msmon run ends within this, what
 class Outcome:
     """How a run ended (the CLI turns it into the last lines and the exit code)."""
 
-    status: str
+    status: RunStatus
     exit_code: int
     run_dir: Path
     error: str | None = None
@@ -54,28 +49,21 @@ class Outcome:
 class Run:
     """One executing run: owns the run directory, the training child, the board and the signals."""
 
-    def __init__(self, plan: RunPlan, say: Callable[[str], None], view: dict[str, Any] | None = None) -> None:
+    def __init__(self, plan: RunPlan, say: Callable[[str], None], view: ViewOptions) -> None:
         self.plan = plan
         self.say = say
         self.info: dict[str, Any] = {}
         self.board = BoardBeside(plan, say)
-        spec = {
-            "config": str(Path(plan.request.config).absolute()),
-            "overrides": list(plan.request.overrides),
-            "run_name": plan.settings.run_name,
-            "run_dir": str(plan.run_dir),
-            "worker_num": plan.request.worker_num or 1,
-            "writer_rank": plan.writer_rank,
-            "node_rank": plan.request.node_rank,
-            **(view or {}),
-        }
-        self.training = TrainingProcess(plan.request, spec, plan.run_dir)
+        spec = RankSpec(
+            run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=plan.request.worker_num or 1,
+            writer_rank=plan.writer_rank, node_rank=plan.request.node_rank, view=view,
+        )
+        self.training = TrainingProcess(plan.request, spec)
         self.monitor_stop: str | None = None
         self.watcher = RankWatcher(
             plan.run_dir, plan.settings, plan.training, pipeline=plan.pipeline, writer_rank=plan.writer_rank,
             node_rank=plan.request.node_rank, local_ranks=self._local_ranks, request_stop=self._stop_by_monitor,
         )
-        self._watch_failed = False
         self.attempts = AttemptLoop(self)  # replaces self.training at each attempt
         self.signal_received: int | None = None
         self.forced_by: str | None = None
@@ -153,8 +141,8 @@ class Run:
 
     def judged(self, result: RunResult) -> RunResult:
         """An attempt's result as the run sees it: ``stopped_by_monitor`` when the rank watcher stopped it."""
-        if self.monitor_stop is not None and result.status in ("interrupted", "completed"):
-            return RunResult("stopped_by_monitor", self.monitor_stop)
+        if self.monitor_stop is not None and result.status in (RunStatus.INTERRUPTED, RunStatus.COMPLETED):
+            return RunResult(RunStatus.STOPPED_BY_MONITOR, self.monitor_stop)
         return result
 
     def restarted(self) -> None:
@@ -167,9 +155,7 @@ class Run:
         try:
             self.watcher.poll()
         except Exception as exc:
-            if not self._watch_failed:
-                self._watch_failed = True
-                logger.warning("msmon: the rank watcher failed: %s", describe(exc))
+            internal_errors.report("the rank watcher", exc)
 
     def _react(self) -> None:
         """The supervising loop (main thread, every poll): act on new signals, watch the ranks, notice a board
@@ -195,7 +181,7 @@ class Run:
         self._forced.wait()
         time.sleep(HARD_DEADLINE_S)
         logger.error("msmon: still not finished %.0f s after the second signal: exiting now", HARD_DEADLINE_S)
-        os._exit(self.exit_code("interrupted"))
+        os._exit(self.exit_code(RunStatus.INTERRUPTED))
 
     # -- training -------------------------------------------------------------------------------
     def execute(self) -> Outcome:
@@ -207,37 +193,36 @@ class Run:
         try:
             result: RunResult = self.attempts.run_all()
             status, error = result.status, result.error
-            if self.signal_received is not None and status not in ("failed", "completed"):
-                status = "interrupted"
-            error = error if status != "interrupted" else None
-            if self.forced_by is not None and status == "interrupted":
+            if self.signal_received is not None and status not in (RunStatus.FAILED, RunStatus.COMPLETED):
+                status = RunStatus.INTERRUPTED
+            error = error if status is not RunStatus.INTERRUPTED else None
+            if self.forced_by is not None and status is RunStatus.INTERRUPTED:
                 error = f"forced by a second {self.forced_by}"
             return self.finish(status, error=error)
         finally:
             self.restore_signals()
 
     # -- the end --------------------------------------------------------------------------------
-    def exit_code(self, status: str) -> int:
-        if status == "interrupted":
-            return int(EXIT_BY_SIGNAL.get(self.signal_received or signal.SIGINT, ExitCode.INTERRUPTED_SIGINT))
-        return int(EXIT_BY_STATUS[status])
+    def exit_code(self, status: RunStatus) -> int:
+        return int(exit_code(status, self.signal_received))
 
-    def finish(self, status: str, error: str | None = None) -> Outcome:
+    def finish(self, status: RunStatus, error: str | None = None) -> Outcome:
         """Stop the board, write the final run.json (once; the space reserved at the start is released first,
         so a full disk cannot stop it)."""
         code = self.exit_code(status)
         if self._done:
             return Outcome(status, code, self.plan.run_dir, error)
         self._done = True
-        ranks = results.read_results(self.plan.run_dir)
-        last_step, dropped, alerts = results.totals(ranks)
+        ranks = read_results(self.plan.run_dir)
+        summed = results.totals(ranks)
         self.watcher.close()
-        alerts += self.watcher.alert_count
         stacks.remove_unused(self.plan.run_dir, sorted(ranks))
         self.board.stop()
         self.info = runinfo.finish_info(
-            self.info, status=status, exit_code=code, last_step=last_step, dropped_records=dropped,
-            alert_count=alerts, error=error, accounting=results.backend_accounting(ranks),
+            self.info, status=status, exit_code=code, last_step=summed.last_step,
+            dropped_records=summed.dropped_records, alert_count=summed.alert_count + self.watcher.alert_count,
+            error=error, internal=internal_errors.seen() + summed.internal_errors,
+            accounting=results.backend_accounting(ranks),
         )
         self.info = attempts.finish(self.info)
         if self.reserve is not None:
@@ -246,19 +231,16 @@ class Run:
             runinfo.write_run_info(self.plan.run_dir, self.info, self.plan.request.run_json)
         except OSError as exc:
             logger.error("msmon: cannot write %s: %s", self.plan.run_dir / self.plan.request.run_json, describe(exc))
-        logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, last_step)
+        logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, summed.last_step)
         if self._log_handler is not None:
             logs.detach(self._log_handler)
             self._log_handler = None
-        return Outcome(status, code, self.plan.run_dir, error, last_step)
+        return Outcome(status, code, self.plan.run_dir, error, summed.last_step)
 
 
-def run(plan: RunPlan, say: Callable[[str], None], view: dict[str, Any] | None = None) -> Outcome:
-    """Create the run directory and execute the plan; always ends with a final run.json.
-
-    ``view`` tells the training child how to show progress: ``{"live_view", "plain", "total_steps",
-    "framework_logs"}``.
-    """
+def run(plan: RunPlan, say: Callable[[str], None], view: ViewOptions) -> Outcome:
+    """Create the run directory and execute the plan (``view``: how the writing rank shows progress); always ends
+    with a final run.json."""
     current = Run(plan, say, view)
     current.create()
     say(f"run directory: {plan.run_dir}")

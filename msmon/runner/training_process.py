@@ -10,7 +10,6 @@ each; rank 0 writes the metrics unless ``writer.per_rank``) and writes each rank
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -19,18 +18,18 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from msmon import layout
 from msmon.runner import results
 from msmon.runner.msrun import WORKER_MODULE, LaunchFlags, rank_logs, worker_command
+from msmon.runner.protocol import RankSpec, clear_results, read_results
+from msmon.status import RunStatus
 from msmon.util.procs import alive
 
 logger = logging.getLogger("msmon")
 
-SPEC_ENV = "MSMON_WORKER_SPEC"
 STOP_GRACE_S = 60.0  # after a stop request the training is killed when it has not ended within this
 FORCE_GRACE_S = 10.0  # after a second signal (the ranks exit by themselves within 8 s) what is left is killed
 POLL_S = 0.2
@@ -39,10 +38,10 @@ POLL_S = 0.2
 class TrainingProcess:
     """Runs the training child in its own session; forwards stop requests to the worker processes."""
 
-    def __init__(self, flags: LaunchFlags, spec: dict[str, Any], run_dir: Path) -> None:
+    def __init__(self, flags: LaunchFlags, spec: RankSpec) -> None:
         self.flags = flags
         self.spec = spec
-        self.run_dir = run_dir
+        self.run_dir = spec.run_dir
         self.process: subprocess.Popen[bytes] | None = None
         self.known: dict[int, psutil.Process] = {}
         self.stop_requested_at: float | None = None
@@ -60,22 +59,22 @@ class TrainingProcess:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env[SPEC_ENV] = json.dumps(self.spec)
+        env.update(self.spec.to_env())
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env["LOCAL_DEFAULT_PATH"] = str(self.run_dir / layout.FRAMEWORK_OUTPUT)
         # MindSpore writes a failed compile's analyze_fail.ir under $MS_OM_PATH/rank_N/om and saved graphs under
         # MS_DEV_SAVE_GRAPHS_PATH, both relative to the working directory by default: the run directory instead
         env.setdefault("MS_OM_PATH", str(self.run_dir / layout.LOGS))
         env.setdefault("MS_DEV_SAVE_GRAPHS_PATH", str(self.run_dir / layout.GRAPHS))
-        env.update(self.spec.get("env") or {})  # the attempt (msmon.util.attempt), set by runner.restarts
+        env.update(self.spec.attempt.env())  # read by the backends and the health detectors
         return env
 
     def run(self, on_poll: Callable[[], None] = lambda: None) -> results.RunResult:
         """Start the child, wait until it ends (or is killed after a stop request) and decide the status;
         ``on_poll`` runs on every poll of the wait (the supervisor reacts to signals there)."""
-        argv = worker_command(self.flags, self.run_dir, int(self.spec.get("writer_rank") or 0))
+        argv = worker_command(self.flags, self.run_dir, self.spec.writer_rank)
         if self.flags.node_rank in (None, 0):
-            results.clear_results(self.run_dir)
+            clear_results(self.run_dir)
         logger.info("msmon: launching %s", " ".join(argv))
         self.process = subprocess.Popen(argv, env=self._env(), start_new_session=True)  # noqa: S603 - our argv
         try:
@@ -84,7 +83,7 @@ class TrainingProcess:
             self._kill_leftovers()
         where = rank_logs(self.run_dir, self.flags.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
         return results.decide(
-            results.read_results(self.run_dir), returncode=self.process.returncode, ranks_here=self.ranks_here,
+            read_results(self.run_dir), returncode=self.process.returncode, ranks_here=self.ranks_here,
             distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
         )
 
@@ -101,7 +100,7 @@ class TrainingProcess:
             time.sleep(POLL_S)
 
     def _monitor_stopped(self) -> bool:
-        return any(r.get("status") == "stopped_by_monitor" for r in results.read_results(self.run_dir).values())
+        return any(r.status is RunStatus.STOPPED_BY_MONITOR for r in read_results(self.run_dir).values())
 
     def _remember_children(self) -> None:
         if self.process is None:

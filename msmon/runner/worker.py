@@ -11,33 +11,31 @@ holds a lock of the monitor.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
 import sys
 import threading
 import traceback
-from pathlib import Path
 from typing import Any, TextIO, cast
 
 import psutil
+import yaml
 
 from msmon import layout
-from msmon.errors import describe
+from msmon.errors import ExitCode, describe
 from msmon.runner import stacks
 from msmon.runner.console import ConsoleCapture
 from msmon.runner.framework_output import QuietFilter
-from msmon.runner.results import write_result
-from msmon.runner.training_process import SPEC_ENV
-from msmon.util import logs
+from msmon.runner.protocol import BackendAccounting, RankResult, RankSpec, SpecError, write_result
+from msmon.status import RunStatus, exit_code, rank_exit_code
+from msmon.util import internal_errors, logs
 from msmon.util.files import SpaceReserve
 
 CHILD_GRACE_S = 5.0  # this process's children (MindSpore's summary writer pool) get this long to exit
 EXIT_GUARD_S = 10.0  # MindSpore's exit handlers get this long before the process ends anyway
 FORCED_BUDGET_S = 2.0  # after a second signal every backend gets at most this long to close
 FORCED_EXIT_S = 8.0  # after a second signal the process ends within this, whatever hangs
-EXIT_BY_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
 
 logger = logging.getLogger("msmon")
 
@@ -45,15 +43,15 @@ logger = logging.getLogger("msmon")
 class Worker:
     """One training process: session, health, live view, the Trainer, and its result file."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: RankSpec) -> None:
         self.spec = spec
-        self.world_size = int(spec["worker_num"])
+        self.world_size = spec.world_size
         # msrun exports RANK_ID; a single process is rank 0 whatever the environment says
         self.rank = int(os.environ.get("RANK_ID", "0")) if self.world_size > 1 else 0
         # msrun's scheduler runs the same command; MindSpore serves the cluster inside init(): no monitoring there
         self.scheduler = os.environ.get("MS_ROLE") == "MS_SCHED"
-        self.writer_rank = int(spec.get("writer_rank") or 0)
-        self.run_dir = Path(spec["run_dir"])
+        self.writer_rank = spec.writer_rank
+        self.run_dir = spec.run_dir
         self.session: Any = None
         self.health: Any = None
         self.console: ConsoleCapture | None = None
@@ -80,19 +78,16 @@ class Worker:
     def _shutdown_when_forced(self) -> None:
         """The shutdown thread: after a second signal, account for the run with short budgets and exit."""
         self._force.wait()
-        code = EXIT_BY_SIGNAL.get(self.forced_by or "", 130)
+        code = int(exit_code(RunStatus.INTERRUPTED, signal.Signals[self.forced_by or "SIGINT"]))
         deadline = threading.Timer(FORCED_EXIT_S, os._exit, args=(code,))
         deadline.daemon = True
         deadline.start()
         logger.warning("second %s: closing the monitor now and exiting", self.forced_by)
-        self.finish("interrupted", f"forced by a second {self.forced_by}", FORCED_BUDGET_S)
+        self.finish(RunStatus.INTERRUPTED, f"forced by a second {self.forced_by}", FORCED_BUDGET_S)
         os._exit(code)
 
     def run(self) -> int:
-        from msmon.config.loader import load_config
-        from msmon.config.split import split_monitor_config
         from msmon.runner.trainer import import_framework, train
-        from msmon.validate.validator import validate
 
         log_dir = self.run_dir / layout.LOGS
         self._logging()
@@ -102,38 +97,37 @@ class Worker:
         threading.Thread(target=self._shutdown_when_forced, name="msmon-shutdown", daemon=True).start()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
-        status, error = "completed", None
+        status, error = RunStatus.COMPLETED, None
         try:
-            result = validate(load_config(self.spec["config"], self.spec["overrides"]), resume=True)
-            settings = dataclasses.replace(result.settings, run_name=self.spec["run_name"])
+            settings = self.spec.settings
             self.stderr.setLevel(logging.INFO if settings.verbose else logging.WARNING)
-            training, _ = split_monitor_config(result.training)
+            training = yaml.safe_load(self.spec.mindformers_yaml.read_text(encoding="utf-8"))
             import_framework(log_dir)
             self._open_session(settings, training)
             callbacks = [self.session.callback()] if self.session is not None else []
-            train(self.run_dir / layout.MINDFORMERS_YAML, callbacks, log_dir)
+            train(self.spec.mindformers_yaml, callbacks, log_dir)
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
         except Exception as exc:
             if self.signalled is None:
-                status, error = "failed", describe(exc)
+                status, error = RunStatus.FAILED, describe(exc)
                 logger.error("training failed on rank %d:\n%s", self.rank, traceback.format_exc(),
                              extra={"file_only": True})
             else:
-                status = "interrupted"
-        if status == "completed" and self.signalled is not None:
-            status = "interrupted"
-        elif status == "completed" and self.session is not None and self.session.stop_reason:
-            status, error = "stopped_by_monitor", self.session.stop_reason
+                status = RunStatus.INTERRUPTED
+        if status is RunStatus.COMPLETED and self.signalled is not None:
+            status = RunStatus.INTERRUPTED
+        elif status is RunStatus.COMPLETED and self.session is not None and self.session.stop_reason:
+            status, error = RunStatus.STOPPED_BY_MONITOR, self.session.stop_reason
         self.finish(status, error)
-        return 3 if status == "failed" else 0
+        return int(rank_exit_code(status))
 
     def _logging(self) -> None:
         logs.tolerate_unwritable_log_files()
         prefix = f"[rank {self.rank}] " if self.world_size > 1 else ""
         self.stderr = logs.attach(logs.console_handler(logging.WARNING, prefix))
         if self.scheduler:  # msrun's scheduler: its own log (a second node's scheduler on the same host fails)
-            path, prefix = layout.scheduler_log(self.run_dir, self.spec.get("node_rank")), "[scheduler] "
+            path, prefix = layout.scheduler_log(self.run_dir, self.spec.node_rank), "[scheduler] "
         else:
             path, prefix = layout.rank_log(self.run_dir, self.rank), f"[rank {self.rank}] "
         logs.attach(logs.file_handler(path, prefix))
@@ -141,11 +135,11 @@ class Worker:
     def _add_view(self, verbose: bool) -> None:
         """The writing rank of ``msmon run``: the live panel on a terminal (the console output captured once, here,
         and printed above it), else plain progress lines."""
-        if self.rank != self.writer_rank or not self.spec.get("live_view"):
+        if self.rank != self.writer_rank:
             return
         from msmon.view.live import make_live_view, open_panel, wants_panel
 
-        total, plain = self.spec.get("total_steps"), bool(self.spec.get("plain"))
+        total, plain = self.spec.view.total_steps, self.spec.view.plain
         on_terminal = sys.stdout.isatty() or sys.stderr.isatty()
         if not wants_panel(on_terminal, plain):
             self.session.add_listener(make_live_view(False, plain, total, verbose=verbose))
@@ -153,7 +147,7 @@ class Worker:
         capture = ConsoleCapture(self.run_dir / layout.CONSOLE_LOG)
         view = open_panel(total, capture.terminal_stream())
         # above the panel: only the framework's warnings and errors, unless --framework-logs (all is in the log)
-        if self.spec.get("framework_logs"):
+        if self.spec.view.framework_logs:
             capture.start(lambda: view.print_above)
         else:
             capture.start(lambda: QuietFilter().wrap(view.print_above))
@@ -178,46 +172,44 @@ class Worker:
         # the stall is watched by the parent `msmon run` over every rank's heartbeat (msmon.runner.rank_watch)
         self.health = attach(self.session, settings, self.run_dir, training, watchdog=False)
 
-    def finish(self, status: str, error: str | None, budget_cap_s: float | None = None) -> None:
+    def finish(self, status: RunStatus, error: str | None, budget_cap_s: float | None = None) -> None:
         """Close the monitor and leave this rank's result (once). The space reserved at the start is released
         first, so a full disk cannot stop the result file."""
         if self.scheduler:
             return
         forced = budget_cap_s is not None
+        result = RankResult(self.rank, status, error, pid=os.getpid())
         if not self._finishing.acquire(timeout=budget_cap_s if budget_cap_s is not None else -1):
-            self._write_result(status, error, None, 0, 0, {})  # the normal end is stuck: account without it
+            self._write_result(result)  # the normal end is stuck: account without it
             return
         try:
             if self._written:
                 return
-            last_step, dropped, alerts, backends = None, 0, 0, {}
             if self.session is not None:
                 summary = self.session.close(status, budget_cap_s)
-                last_step, dropped = summary.last_step, summary.dropped_records
-                backends = {"backends": summary.backends, "records_lost": summary.records_lost,
-                            "backends_failed_to_close": summary.backends_failed_to_close}
+                accounting = BackendAccounting(summary.backends, summary.records_lost,
+                                               tuple(summary.backends_failed_to_close))
+                result = dataclasses.replace(result, last_step=summary.last_step,
+                                             dropped_records=summary.dropped_records, accounting=accounting)
             if self.health is not None:
                 self.health.close()
-                alerts = self.health.alert_count
+                result = dataclasses.replace(result, alert_count=self.health.alert_count)
             if self.console is not None:  # the panel is closed: the terminal gets its descriptors back
                 self.console.stop()
                 self.stderr.setStream(sys.stderr)
-            self._write_result(status, error, last_step, dropped, alerts, backends)
+            self._write_result(result)
             self._written = True
         finally:
             self._finishing.release()
         if not forced:
             reap_children(CHILD_GRACE_S)
 
-    def _write_result(self, status: str, error: str | None, last_step: int | None, dropped: int, alerts: int,
-                      backends: dict[str, Any]) -> None:
+    def _write_result(self, result: RankResult) -> None:
         if self.reserve is not None:
             self.reserve.release()
+        result = dataclasses.replace(result, internal_errors=internal_errors.seen())
         try:
-            write_result(self.run_dir, self.rank, {
-                "status": status, "error": error, "last_step": last_step, "dropped_records": dropped,
-                "alert_count": alerts, "pid": os.getpid(), **backends,
-            })
+            write_result(self.run_dir, result)
         except OSError as exc:
             logger.error("cannot write this rank's result %s: %s", layout.rank_result(self.run_dir, self.rank),
                          describe(exc))
@@ -239,12 +231,12 @@ def reap_children(grace_s: float) -> None:
 
 
 def main() -> int:
-    spec = os.environ.get(SPEC_ENV)
-    if not spec:
-        print(f"msmon worker: {SPEC_ENV} is not set (this module is started by `msmon run`)",
-              file=sys.stderr)
-        return 2
-    code = Worker(json.loads(spec)).run()
+    try:
+        spec = RankSpec.from_env(os.environ)
+    except SpecError as exc:
+        print(f"msmon worker: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    code = Worker(spec).run()
     # A normal exit lets MindSpore leave its cluster cleanly; if its exit handlers hang, end anyway.
     guard = threading.Timer(EXIT_GUARD_S, os._exit, args=(code,))
     guard.daemon = True

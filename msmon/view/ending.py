@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from msmon import layout
+from msmon.status import RunStatus
 from msmon.util.durations import format_duration
 from msmon.util.numbers import fmt_number
 from msmon.view.report import loss_summary
@@ -62,6 +63,10 @@ def summary_lines(run: RunData) -> list[str]:
         lines.append("  alerts: none")
     dropped, lost = info.get("dropped_records") or 0, info.get("records_lost") or 0
     lines.append(f"  records: {len(run.records)} logged, {dropped} dropped, {lost} lost")
+    internal = info.get("internal_errors") or 0
+    if internal:
+        lines.append(f"  msmon internal errors: {internal} (a bug of msmon; training went on); the first: "
+                     f"{info.get('first_internal_error')} (traceback in {layout.MSMON_LOG} or the rank's log)")
     return lines + attempt_line(run)
 
 
@@ -77,9 +82,9 @@ def next_lines(run: RunData, commands: NextCommands, cwd: Path | None = None) ->
         lines.append(f"  msmon board start {shown_path(commands.board_dir, cwd)}{backend}   # the curves in a board")
     if commands.previous is not None:
         lines.append(f"  msmon compare {shown_path(commands.previous, cwd)} {here}   # against the previous run")
-    if run.info.get("status") == "interrupted":
+    if run.info.get("status") == RunStatus.INTERRUPTED:
         lines.append(f"  msmon resume {here}   # continue this run from its latest checkpoint")
-    if run.info.get("status") != "completed" and ranks_worth_a_look(run.path):
+    if run.info.get("status") != RunStatus.COMPLETED and ranks_worth_a_look(run.path):
         lines.append(f"  msmon status {here}   # each rank's last step, and why no step ended")
     return lines
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from msmon.config.hyperparameters import RUN_STATUSES
 from msmon.engine.backends.base import Backend, metric_items
 from msmon.engine.backends.lineage import (
     TRAIN_LINEAGE_FIELDS,
@@ -22,6 +21,7 @@ from msmon.engine.backends.lineage import (
     train_lineage,
 )
 from msmon.engine.backends.runfacts import RunFacts
+from msmon.status import RunStatus
 
 
 class MindInsightBackend(Backend):
@@ -55,7 +55,7 @@ class MindInsightBackend(Backend):
         facts = RunFacts(self.config, self.run_dir)
         lineage = LineageFile(path)
         custom = {k: v for k, v in facts.hyperparameters.items() if k not in TRAIN_LINEAGE_FIELDS}
-        lineage.write("custom_lineage_data", custom_lineage({**custom, "status": "running"}))
+        lineage.write("custom_lineage_data", custom_lineage({**custom, "status": RunStatus.RUNNING.value}))
         lineage.write("train_lineage", train_lineage(facts.hyperparameters, None))
         lineage.flush()
         self._facts, self._lineage = facts, lineage
@@ -82,7 +82,7 @@ class MindInsightBackend(Backend):
         lineage, self._lineage = self._lineage, None
         writer, self._writer = self._writer, None
         try:
-            if lineage is not None and self._facts is not None and status in RUN_STATUSES:
+            if lineage is not None and self._facts is not None and RunStatus.parse(status) is not None:
                 facts = self._facts
                 results = facts.results(status)
                 final = results.get("final_loss")

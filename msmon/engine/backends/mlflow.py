@@ -12,6 +12,7 @@ from typing import Any
 from msmon import layout
 from msmon.engine.backends.base import Backend, metric_items
 from msmon.engine.backends.runfacts import RunFacts, run_identity
+from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
 from msmon.util.attempt import current
 from msmon.util.jsonfiles import read_json_object
@@ -20,7 +21,8 @@ from msmon.util.mapping import flatten
 MAX_PARAM_VALUE = 6000
 MAX_PARAMS_PER_BATCH = 100
 SECRET_WORDS = ("password", "secret", "token", "api_key", "apikey", "webhook", "credential")
-STATUS = {"completed": "FINISHED", "failed": "FAILED"}  # everything else (interrupted, stopped...) -> KILLED
+#: msmon's final status -> MLflow's; everything else (interrupted, stopped...) -> KILLED
+STATUS: dict[str, str] = {RunStatus.COMPLETED: "FINISHED", RunStatus.FAILED: "FAILED"}
 HP_PREFIX = "hp."  # the chosen hyperparameters (msmon.config.hyperparameters), beside the whole config's keys
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tag: its UI shows it as the run's git commit
 
@@ -128,7 +130,7 @@ class MlflowBackend(Backend):
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             return None  # deleted on the server: a new run
-        self._client.set_tag(run_id, "msmon.status", "running")
+        self._client.set_tag(run_id, "msmon.status", RunStatus.RUNNING.value)
         attempt = current()
         if attempt is not None:
             self._client.set_tag(run_id, "msmon.attempt", str(attempt.number))
@@ -142,7 +144,7 @@ class MlflowBackend(Backend):
 
     def _tags(self) -> dict[str, str]:
         identity = run_identity()
-        tags = {"msmon.run_dir": str(self.run_dir), "msmon.status": "running"}
+        tags = {"msmon.run_dir": str(self.run_dir), "msmon.status": RunStatus.RUNNING.value}
         tags.update({f"msmon.{key}": value for key, value in identity.items() if key != "git_commit"})
         if "git_commit" in identity:
             tags[GIT_COMMIT_TAG] = identity["git_commit"]

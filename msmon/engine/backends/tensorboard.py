@@ -13,16 +13,18 @@ import logging
 import time
 from typing import Any
 
-from msmon.config.hyperparameters import RUN_STATUSES, Value
+from msmon.config.hyperparameters import Value
 from msmon.engine.backends.base import Backend, metric_items
 from msmon.engine.backends.runfacts import RunFacts
+from msmon.status import RunStatus
 from msmon.util.attempt import current
 
 HPARAMS_PLUGIN = "hparams"
 SESSION_START_TAG = "_hparams_/session_start_info"  # the tags tensorboard.plugins.hparams.metadata reads
 SESSION_END_TAG = "_hparams_/session_end_info"
 #: msmon's final status -> the HParams session status (the plugin has no "aborted").
-SESSION_STATUS = {"completed": "STATUS_SUCCESS", "failed": "STATUS_FAILURE", "stopped_by_monitor": "STATUS_FAILURE"}
+SESSION_STATUS: dict[str, str] = {RunStatus.COMPLETED: "STATUS_SUCCESS", RunStatus.FAILED: "STATUS_FAILURE",
+                  RunStatus.STOPPED_BY_MONITOR: "STATUS_FAILURE"}
 
 
 def hparams_summary(tag: str, **data: Any) -> Any:
@@ -136,7 +138,7 @@ class TensorBoardBackend(Backend):
         if writer is None:
             return
         try:
-            if self._facts is not None and status in RUN_STATUSES:
+            if self._facts is not None and RunStatus.parse(status) is not None:
                 write_results(writer, self._facts.results(status))
         finally:
             writer.close()

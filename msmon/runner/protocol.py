@@ -1,0 +1,162 @@
+"""What crosses between the ``msmon run`` parent and its training processes: the spec a rank receives (in its
+environment) and the result it leaves (``logs/rank_N.result.json``). Both are frozen dataclasses, serialised here
+and nowhere else.
+
+The parent resolves and validates the config once: a rank receives the resolved settings in its spec and reads the
+training config from the run directory's ``mindformers.yaml`` (the one file mindformers loads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msmon import layout
+from msmon.config.coerce import build
+from msmon.config.schema import MonitorSettings
+from msmon.status import RunStatus
+from msmon.util.atomic import atomic_write_json
+from msmon.util.attempt import Attempt
+from msmon.util.internal_errors import InternalErrors
+from msmon.util.jsonfiles import read_json_object
+
+SPEC_ENV = "MSMON_WORKER_SPEC"
+
+
+class SpecError(ValueError):
+    """The environment holds no spec, or one this msmon cannot read."""
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """How the writing rank shows progress: the live panel on a terminal, else plain lines."""
+
+    plain: bool = False
+    framework_logs: bool = False  # every framework line above the panel, not only warnings and errors
+    total_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a training process of one attempt needs from the parent."""
+
+    run_dir: Path
+    settings: MonitorSettings  # resolved and validated by the parent, run_name included
+    attempt: Attempt
+    world_size: int = 1
+    writer_rank: int = 0
+    node_rank: int | None = None
+    view: ViewOptions = field(default_factory=ViewOptions)
+
+    @property
+    def mindformers_yaml(self) -> Path:
+        return self.run_dir / layout.MINDFORMERS_YAML
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variable that carries this spec (msrun passes it on to every rank)."""
+        data = {
+            "run_dir": str(self.run_dir), "settings": dataclasses.asdict(self.settings),
+            "attempt": dataclasses.asdict(self.attempt), "world_size": self.world_size,
+            "writer_rank": self.writer_rank, "node_rank": self.node_rank, "view": dataclasses.asdict(self.view),
+        }
+        return {SPEC_ENV: json.dumps(data)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RankSpec:
+        """The spec of this process; SpecError when it is missing or unreadable."""
+        raw = environ.get(SPEC_ENV)
+        if not raw:
+            raise SpecError(f"{SPEC_ENV} is not set (this process is started by `msmon run`)")
+        try:
+            data = json.loads(raw)
+            settings, problems = build(MonitorSettings, data["settings"], "monitor_config")
+            if problems:
+                raise SpecError(f"{SPEC_ENV}: {problems[0].path}: {problems[0].message}")
+            return cls(
+                run_dir=Path(data["run_dir"]), settings=settings, attempt=Attempt(**data["attempt"]),
+                world_size=int(data["world_size"]), writer_rank=int(data["writer_rank"]),
+                node_rank=None if data["node_rank"] is None else int(data["node_rank"]),
+                view=ViewOptions(**data["view"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, SpecError):
+                raise
+            raise SpecError(f"{SPEC_ENV} is not a spec of this msmon ({type(exc).__name__}: {exc})") from exc
+
+
+@dataclass(frozen=True)
+class BackendAccounting:
+    """What one rank's backends kept and lost."""
+
+    backends: dict[str, dict[str, Any]] = field(default_factory=dict)  # per backend: written, dropped, lost, ...
+    records_lost: int | None = None  # records metrics.jsonl did not keep; None without the file backend
+    failed_to_close: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """How one rank's training ended, as it left it for the parent."""
+
+    rank: int
+    status: RunStatus
+    error: str | None = None
+    last_step: int | None = None
+    dropped_records: int = 0
+    alert_count: int = 0
+    pid: int | None = None
+    accounting: BackendAccounting = field(default_factory=BackendAccounting)
+    internal_errors: InternalErrors = field(default_factory=InternalErrors)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "status": self.status.value, "error": self.error, "last_step": self.last_step,
+            "dropped_records": self.dropped_records, "alert_count": self.alert_count, "pid": self.pid,
+            "backends": self.accounting.backends, "records_lost": self.accounting.records_lost,
+            "backends_failed_to_close": list(self.accounting.failed_to_close),
+            "internal_errors": self.internal_errors.count, "first_internal_error": self.internal_errors.first,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RankResult:
+        """A result file's content; ValueError (or KeyError, TypeError) when it is not one."""
+        status = RunStatus(data["status"])
+        last = data.get("last_step")
+        lost = data.get("records_lost")
+        return cls(
+            rank=int(data["rank"]), status=status, error=data.get("error"),
+            last_step=int(last) if last is not None else None,
+            dropped_records=int(data.get("dropped_records") or 0), alert_count=int(data.get("alert_count") or 0),
+            pid=data.get("pid"),
+            accounting=BackendAccounting(dict(data.get("backends") or {}), int(lost) if lost is not None else None,
+                                         tuple(data.get("backends_failed_to_close") or ())),
+            internal_errors=InternalErrors(int(data.get("internal_errors") or 0), data.get("first_internal_error")),
+        )
+
+
+def write_result(run_dir: Path, result: RankResult) -> None:
+    """Leave one rank's result for the parent (its directory recreated if it was removed)."""
+    path = layout.rank_result(run_dir, result.rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, result.to_json())
+
+
+def read_results(run_dir: Path) -> dict[int, RankResult]:
+    """rank -> its result, for every readable result file."""
+    found = {}
+    for path in (run_dir / layout.LOGS).glob(layout.RESULT_GLOB):
+        try:
+            result = RankResult.from_json(read_json_object(path))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        found[result.rank] = result
+    return found
+
+
+def clear_results(run_dir: Path) -> None:
+    """Remove the results left by an earlier attempt in this run directory."""
+    for old in (run_dir / layout.LOGS).glob(layout.RESULT_GLOB):
+        old.unlink(missing_ok=True)
