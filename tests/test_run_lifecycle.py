@@ -116,12 +116,17 @@ def test_dry_run_shows_the_msrun_command(tmp_path: Path) -> None:
     config = write_quickstart_config(tmp_path, steps=10, run_name="dist")
     args = ["run", str(config), "--dry-run", "--worker-num", "4", "--local-worker-num", "2", "--node-rank", "1",
             "--master-addr", "10.0.0.5", "--master-port", "9123", "use_parallel=True",
-            "parallel_config.data_parallel=4", "parallel.full_batch=False"]
+            "parallel_config.data_parallel=4", "parallel.full_batch=False",
+            "--msrun-arg=--bind_core=True", "--msrun-arg", "--cluster_time_out=7200"]
     result = run_msmon(*args, cwd=tmp_path, env=_env(tmp_path))
     assert result.code == 0, result.stderr
     for part in ("msrun --worker_num=4 --local_worker_num=2 --master_addr=10.0.0.5 --master_port=9123",
-                 "--join=True", "--node_rank=1", "python -m msmon.runner.worker"):
+                 "--join=True", "--node_rank=1",
+                 "--node_rank=1 --bind_core=True --cluster_time_out=7200 python -m msmon.runner.worker"):
         assert part in result.stdout
+    refused = run_msmon(*args[:3], "--msrun-arg=--worker_num=8", cwd=tmp_path, env=_env(tmp_path))
+    assert refused.code == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        "error: --msrun-arg --worker_num=8: msrun's --worker_num is set by --worker-num"), refused.stderr
 
 
 @pytest.mark.parametrize(

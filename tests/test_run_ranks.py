@@ -51,7 +51,7 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
                    for c in callbacks("legacy")]
     run = RankRun.start(tmp_path, steps=STEPS, log_interval=10, callbacks=checkpoints[1:],
                         health={"stall": {**STALL, "action": "stop"}},
-                        extra=["--max-restarts", "1", "--restart-backoff", "1"])
+                        extra=["--max-restarts", "1", "--restart-backoff", "1", "--msrun-arg=--cluster_time_out=600"])
     try:
         wait_for_checkpoint(run.wait_for, run.run_dir, step=40, checkpoint=EVERY)
         os.kill(run.heartbeat(1)["pid"], signal.SIGSTOP)
@@ -98,6 +98,8 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
         assert "global_batch_size = batch_size_per_card * device_num" in text and "= 4 = 2 * 2 * 1" in text
         assert json.loads((run.run_dir / "logs" / f"rank_{rank}.result.json").read_text())["status"] == "completed"
     assert heartbeats[0]["logged"]["loss"] != heartbeats[1]["logged"]["loss"]
+    launches = [line for line in (run.run_dir / "logs" / "msmon.log").read_text().splitlines() if "launching" in line]
+    assert len(launches) == 2 and all("--cluster_time_out=600 python -m msmon.runner.worker" in x for x in launches)
     assert processes_of(run.run_dir) == []
 
 

@@ -102,7 +102,7 @@ def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
 
 def _request(**kwargs: object) -> SimpleNamespace:
     base = {"worker_num": None, "local_worker_num": None, "node_rank": None, "master_addr": "127.0.0.1",
-            "master_port": 8118, "config": "c.yaml", "overrides": []}
+            "master_port": 8118, "config": "c.yaml", "overrides": [], "msrun_args": []}
     return SimpleNamespace(**{**base, **kwargs})
 
 
@@ -156,6 +156,9 @@ def test_worker_commands() -> None:
     argv = msrun.worker_command(_request(worker_num=8), Path("/r"), tail_rank=6)
     assert "--log_dir=/r/logs/ranks" in argv and "--tail_worker_log=6" in argv
     assert argv[-3:] == ["python", "-m", "msmon.runner.worker"]
+    passed = ["--bind_core=True", "--cluster_time_out=7200"]
+    argv = msrun.worker_command(_request(worker_num=2, msrun_args=passed), Path("/r"))
+    assert argv[-5:] == [*passed, "python", "-m", "msmon.runner.worker"]
 
 
 @pytest.mark.parametrize(
@@ -165,6 +168,10 @@ def test_worker_commands() -> None:
         ({"worker_num": 2, "local_worker_num": 3}, "between 1 and"),
         ({"worker_num": 4, "local_worker_num": 2}, "needs --node-rank"),
         ({"local_worker_num": 2}, "needs --worker-num"),
+        ({"msrun_args": ["--bind_core=True"]}, "--msrun-arg needs --worker-num"),
+        ({"worker_num": 2, "msrun_args": ["bind_core=True"]}, "is not an msrun flag"),
+        ({"worker_num": 2, "msrun_args": ["--master_port=9000"]}, "--master_port is set by --master-port"),
+        ({"worker_num": 2, "msrun_args": ["--log_dir=/tmp/x"]}, "--log_dir is set by msmon's logs/ranks"),
     ],
 )
 def test_flag_checks(kwargs: dict, message: str) -> None:

@@ -20,7 +20,7 @@ from msmon.cli.complete import run_dirs
 from msmon.errors import MsmonError
 
 #: The options of `msmon run` a resume takes over from the recorded command (the launch layout).
-LAUNCH_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port", "node_rank")
+LAUNCH_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port", "node_rank", "msrun_arg")
 
 
 def register(app: typer.Typer) -> None:
@@ -45,8 +45,9 @@ def _flags(options: dict[str, Any]) -> list[str]:
     """The launch options as command-line flags (for the run.json command of the resumed run)."""
     flags = []
     for name in LAUNCH_OPTIONS:
-        if options.get(name) is not None:
-            flags += [f"--{name.replace('_', '-')}", str(options[name])]
+        value = options.get(name)
+        for item in value if isinstance(value, list | tuple) else [] if value is None else [value]:
+            flags.append(f"--{name.replace('_', '-')}={item}")
     return flags
 
 
@@ -93,10 +94,13 @@ def resume(
     restarts = max_restarts if max_restarts is not None else int(options.get("max_restarts") or 0)
     backoff = restart_backoff if restart_backoff is not None else float(options.get("restart_backoff") or 10.0)
     launch_options = {name: options.get(name) for name in LAUNCH_OPTIONS}
-    command = ["msmon", "run", str(snapshot), *overrides, "--resume", *_flags(launch_options),
+    msrun_args = list(launch_options.pop("msrun_arg") or [])
+    recorded_flags = _flags({**launch_options, "msrun_arg": msrun_args})
+    command = ["msmon", "run", str(snapshot), *overrides, "--resume", *recorded_flags,
                "--max-restarts", str(restarts), "--restart-backoff", f"{backoff:g}"]
     request = RunRequest(config=str(snapshot), overrides=overrides, board=board, port=port, keep_board=keep_board,
                          resume=True, max_restarts=restarts, restart_backoff_s=backoff, command=command,
+                         msrun_args=msrun_args,
                          **{k: v for k, v in launch_options.items() if v is not None})
     print(f"msmon: resuming {path}", file=sys.stderr, flush=True)
     launch(request, dry_run=dry_run, plain=plain, framework_logs=framework_logs, report=report)

@@ -55,6 +55,9 @@ def run(
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Address of the machine with rank 0."),
     master_port: int = typer.Option(8118, "--master-port", min=1, max=65535, help="msrun scheduler port."),
     node_rank: int = typer.Option(None, "--node-rank", help="Index of this machine (multi-machine)."),
+    msrun_arg: list[str] = typer.Option([], "--msrun-arg", help="One of msrun's own flags, passed through "
+                                        "(repeatable): --msrun-arg=--bind_core=True --msrun-arg=--cluster_time_out="
+                                        "7200 (mindformers' msrun_launcher.sh sets both)."),
     max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Restart a training that dies (or hangs, "
                                      "with stall action stop) from its latest checkpoint, up to N times."),
     restart_backoff: float = typer.Option(10.0, "--restart-backoff", min=0.0, help="Seconds before the first "
@@ -73,8 +76,8 @@ def run(
     request = RunRequest(
         config=config, overrides=[*plain_overrides, *flags.overrides], board=board, port=port, keep_board=keep_board,
         resume=resume, worker_num=worker_num, local_worker_num=local_worker_num, master_addr=master_addr,
-        master_port=master_port, node_rank=node_rank, max_restarts=max_restarts, restart_backoff_s=restart_backoff,
-        command=["msmon", *sys.argv[1:]],
+        master_port=master_port, node_rank=node_rank, msrun_args=list(msrun_arg), max_restarts=max_restarts,
+        restart_backoff_s=restart_backoff, command=["msmon", *sys.argv[1:]],
     )
     launch(request, dry_run=dry_run, plain=plain, framework_logs=framework_logs, report=report)
 

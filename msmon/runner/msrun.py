@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -14,6 +15,13 @@ from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
 WORKER_MODULE = "msmon.runner.worker"
+#: msrun's flags msmon sets itself from its own options (or must set: the rank logs, joining, the tailed rank).
+OWNED_MSRUN_FLAGS = {
+    "worker_num": "--worker-num", "local_worker_num": "--local-worker-num", "master_addr": "--master-addr",
+    "master_port": "--master-port", "node_rank": "--node-rank", "log_dir": "msmon's logs/ranks", "join": "msmon",
+    "tail_worker_log": "msmon (the writing rank)",
+}
+_MSRUN_FLAG = re.compile(r"--([a-z][a-z0-9_]*)(=.*)?")
 
 
 class LaunchFlags(Protocol):
@@ -24,10 +32,28 @@ class LaunchFlags(Protocol):
     master_addr: str
     master_port: int
     node_rank: int | None
+    msrun_args: list[str]
+
+
+def check_msrun_args(flags: LaunchFlags) -> None:
+    """``--msrun-arg``: msrun's own flags (``--bind_core=True``), never one msmon sets itself (exit 2)."""
+    for arg in flags.msrun_args:
+        match = _MSRUN_FLAG.fullmatch(arg)
+        if match is None:
+            raise MsmonError(f"--msrun-arg {arg!r} is not an msrun flag", "write it as msrun takes it, e.g. "
+                             "--msrun-arg=--bind_core=True or --msrun-arg=--cluster_time_out=7200", ExitCode.USAGE)
+        owner = OWNED_MSRUN_FLAGS.get(match.group(1))
+        if owner is not None:
+            raise MsmonError(f"--msrun-arg {arg}: msrun's --{match.group(1)} is set by {owner}",
+                             f"use {owner}" if owner.startswith("--") else "leave it to msmon", ExitCode.USAGE)
+    if flags.msrun_args and not flags.worker_num:
+        raise MsmonError("--msrun-arg needs --worker-num (msmon starts msrun only for ranks)", "add --worker-num N",
+                         ExitCode.USAGE)
 
 
 def check_flags(flags: LaunchFlags) -> None:
     """Usage errors of the distributed flags (exit 2)."""
+    check_msrun_args(flags)
     if flags.worker_num is None:
         extra = [flag for flag, value in (("--local-worker-num", flags.local_worker_num),
                                           ("--node-rank", flags.node_rank)) if value is not None]
@@ -115,4 +141,4 @@ def worker_command(flags: LaunchFlags, run_dir: Path, tail_rank: int = 0) -> lis
     ]
     if flags.node_rank is not None:
         argv.append(f"--node_rank={flags.node_rank}")
-    return argv + ["python", "-m", WORKER_MODULE]
+    return argv + list(flags.msrun_args) + ["python", "-m", WORKER_MODULE]

@@ -37,6 +37,7 @@ class RunRequest:
     master_addr: str = "127.0.0.1"
     master_port: int = 8118
     node_rank: int | None = None
+    msrun_args: list[str] = field(default_factory=list)  # msrun's own flags, passed through (--bind_core=True)
     max_restarts: int = 0
     restart_backoff_s: float = 10.0
     command: list[str] = field(default_factory=lambda: list(sys.argv))
