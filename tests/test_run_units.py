@@ -102,7 +102,7 @@ def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
 
 def _request(**kwargs: object) -> SimpleNamespace:
     base = {"worker_num": None, "local_worker_num": None, "node_rank": None, "master_addr": "127.0.0.1",
-            "master_port": 8118, "config": "c.yaml", "overrides": [], "msrun_args": []}
+            "master_port": 8118, "config": "c.yaml", "overrides": [], "msrun_args": [], "launch": []}
     return SimpleNamespace(**{**base, **kwargs})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from msmon import __version__
@@ -49,4 +51,6 @@ for module in (validate, run, export, resume, board, backup, runs, status, clean
 
 
 def main() -> None:
-    app(prog_name="msmon")  # also under ``python -m msmon``: completion answers to _MSMON_COMPLETE
+    """``msmon run CONFIG ... -- COMMAND ...``: COMMAND is split off before Click parses (Click drops the ``--``)."""
+    args, command = run.split_command(sys.argv[1:])
+    app(args=args, prog_name="msmon", obj={run.COMMAND: command})  # completion answers to _MSMON_COMPLETE

@@ -34,6 +34,9 @@ def recorded_options(command: list[str]) -> dict[str, Any]:
     if command[1:2] != ["run"] or len(command) < 3:
         raise MsmonError(f"run.json's command is not an `msmon run` command: {' '.join(command) or 'none'}",
                          "resume it with msmon run CONFIG --resume")
+    if "--" in command:
+        raise MsmonError("this run monitored its own launch (msmon run CONFIG -- COMMAND): msmon resume replays "
+                         "msmon's launch only", "run the same command again with --resume before the `--`")
     probe = typer.Typer()
     probe.command(context_settings=WITH_LAUNCH_FLAGS)(run)
     parser = typer.main.get_command(probe)

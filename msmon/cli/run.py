@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 #: run_mindformer.py's flags (``--load_checkpoint CKPT``, ...) reach the ``overrides`` argument, parsed there
 #: (msmon.config.launch_flags); `msmon run`, `msmon export` and the probe of `msmon resume` take them alike.
 WITH_LAUNCH_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+COMMAND = "command"  # the context object's key: what followed `--` (msmon run CONFIG -- COMMAND)
+
+
+def split_command(args: list[str]) -> tuple[list[str], list[str] | None]:
+    """``run ... -- COMMAND ...`` -> (msmon's arguments, COMMAND); COMMAND None without ``--``."""
+    if args[:1] != ["run"] or "--" not in args:
+        return args, None
+    cut = args.index("--")
+    return args[:cut], args[cut + 1:]
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +43,7 @@ def _say(line: str) -> None:
 
 @handle_errors
 def run(
+    ctx: typer.Context,
     config: str = typer.Argument(..., help="mindformers training YAML with a monitor_config section."),
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE | --run_mindformer_flag VALUE]...",
                                           help="Dotlist overrides, and run_mindformer.py's flags (below).",
@@ -64,7 +74,11 @@ def run(
                                           "restart (doubled at each one, at most 300)."),
 ) -> None:
     """Train with the real mindformers Trainer, monitored; exit 0 ok, 1 invalid, 3 failed, 4 stopped by monitor,
-    130/143 interrupted. --resume continues the run from its latest complete checkpoint."""
+    130/143 interrupted. --resume continues the run from its latest complete checkpoint.
+
+    msmon run CONFIG [...] -- COMMAND [ARGS...] monitors your own launch (python train.py, msrun ..., a launcher
+    script): every process of it that trains a mindformers Trainer gets msmon's callback; an argument that names
+    CONFIG is given the run directory's mindformers.yaml (docs/run.md, "Your own launch")."""
     import os
 
     from msmon.config.launch_flags import parse_launch_flags
@@ -78,8 +92,17 @@ def run(
         resume=resume, worker_num=worker_num, local_worker_num=local_worker_num, master_addr=master_addr,
         master_port=master_port, node_rank=node_rank, msrun_args=list(msrun_arg), max_restarts=max_restarts,
         restart_backoff_s=restart_backoff, command=["msmon", *sys.argv[1:]],
+        launch=_command(ctx),
     )
     launch(request, dry_run=dry_run, plain=plain, framework_logs=framework_logs, report=report)
+
+
+def _command(ctx: typer.Context) -> list[str]:
+    command = (ctx.obj or {}).get(COMMAND)
+    if command == []:
+        raise MsmonError("nothing after `--`: no command to monitor",
+                         "e.g. msmon run CONFIG -- python train.py --config CONFIG", ExitCode.USAGE)
+    return list(command or [])
 
 
 def launch(request: RunRequest, *, dry_run: bool, plain: bool, framework_logs: bool, report: bool) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from msmon import layout
 from msmon.compat import LAYOUT_KEYS, MCORE_CPU_RANKS, expected_world_size, lays_out_ranks, use_legacy
 from msmon.errors import ExitCode, MsmonError
+from msmon.runner.launch_command import with_mindformers_yaml
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
@@ -33,6 +34,8 @@ class LaunchFlags(Protocol):
     master_port: int
     node_rank: int | None
     msrun_args: list[str]
+    launch: list[str]
+    config: str
 
 
 def check_msrun_args(flags: LaunchFlags) -> None:
@@ -128,6 +131,8 @@ def rank_logs(run_dir: Path, node_rank: int | None) -> Path:
 def worker_command(flags: LaunchFlags, run_dir: Path, tail_rank: int = 0) -> list[str]:
     """The command that starts the training on this machine: the worker, or msrun starting the ranks (msrun
     shows the log of ``tail_rank`` on the terminal: the rank that writes the metrics)."""
+    if flags.launch:  # the user's own launch, with the run directory's mindformers.yaml for CONFIG
+        return with_mindformers_yaml(flags.launch, flags.config, run_dir / layout.MINDFORMERS_YAML)
     if not flags.worker_num:
         return [sys.executable, "-m", WORKER_MODULE]
     argv = msrun_binary() + [

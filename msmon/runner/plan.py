@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,11 +13,12 @@ from msmon.compat import PipelineLayout, pipeline_layout
 from msmon.config.loader import LoadedConfig, load_config
 from msmon.config.mindformers_yaml import check_run_mode, mindformers_config
 from msmon.config.schema import MonitorSettings
-from msmon.errors import MsmonError
+from msmon.errors import ExitCode, MsmonError
 from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
 from msmon.runner.checkpoints import ResumePoint
+from msmon.runner.launch_command import check_command, msrun_ranks
 from msmon.runner.resume import resume_point
 from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
@@ -38,6 +40,7 @@ class RunRequest:
     master_port: int = 8118
     node_rank: int | None = None
     msrun_args: list[str] = field(default_factory=list)  # msrun's own flags, passed through (--bind_core=True)
+    launch: list[str] = field(default_factory=list)  # msmon run CONFIG -- COMMAND: the user's own launch
     max_restarts: int = 0
     restart_backoff_s: float = 10.0
     command: list[str] = field(default_factory=lambda: list(sys.argv))
@@ -130,7 +133,8 @@ class RunPlan:
             f"total steps:   {self.result.total_steps if self.result.total_steps is not None else 'unknown'}",
             f"callbacks:     {' -> '.join(self.callback_order()) or 'none'}",
             f"board:         {' '.join(board) if board else 'off'}",
-            f"launcher:      {' '.join(self.worker_command())}",
+            f"launcher:      {' '.join(self.worker_command())}" + ("  (your command, monitored)"
+                                                                     if request.launch else ""),
             f"mindformers outputs: {self.run_dir / layout.FRAMEWORK_OUTPUT}",
         ]
 
@@ -141,7 +145,8 @@ def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfi
     training = mindformers_config(loaded)
     check_run_mode(training["run_mode"])
     _check_shared_run_name(request, loaded)
-    msrun.check_config(training, request)
+    if not request.launch:  # the user's own launch may set the parallel keys itself (--use_parallel True)
+        msrun.check_config(training, request)
     save_dir = Path(result.settings.save_dir).expanduser()
     run_dir = (save_dir if save_dir.is_absolute() else cwd / save_dir) / result.settings.project_name
     return RunPlan(request, loaded, result, training, run_dir / str(result.settings.run_name), cwd)
@@ -161,8 +166,23 @@ def _check_shared_run_name(request: RunRequest, loaded: LoadedConfig) -> None:
         )
 
 
+def _with_command_ranks(request: RunRequest) -> RunRequest:
+    """``-- COMMAND``: its program checked; the ranks of its msrun line (if any) become the request's."""
+    if request.worker_num is not None or request.msrun_args:
+        raise MsmonError("--worker-num and --msrun-arg describe msmon's own launch, not one after `--`",
+                         "put the ranks in COMMAND's msrun flags", ExitCode.USAGE)
+    check_command(request.launch)
+    ranks = msrun_ranks(request.launch)
+    if ranks is None:
+        return request
+    return dataclasses.replace(request, worker_num=ranks.worker_num, local_worker_num=ranks.local_worker_num,
+                               node_rank=ranks.node_rank)
+
+
 def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationResult, RunPlan | None]:
     """Validate ``request``; the plan is None when the config has an error finding."""
+    if request.launch:
+        request = _with_command_ranks(request)
     msrun.check_flags(request)
     require_runnable()  # msmon doctor's blocking checks (MindSpore and mindformers usable) before anything
     loaded = load_config(request.config, request.overrides)

@@ -51,6 +51,8 @@ class RankSpec:
     writer_rank: int = 0
     node_rank: int | None = None
     view: ViewOptions = field(default_factory=ViewOptions)
+    config_path: Path | None = None  # the user's CONFIG: under `msmon run CONFIG -- COMMAND` the Trainer gets
+    #                                  mindformers.yaml in its place
 
     @property
     def mindformers_yaml(self) -> Path:
@@ -62,6 +64,7 @@ class RankSpec:
             "run_dir": str(self.run_dir), "settings": dataclasses.asdict(self.settings),
             "attempt": dataclasses.asdict(self.attempt), "world_size": self.world_size,
             "writer_rank": self.writer_rank, "node_rank": self.node_rank, "view": dataclasses.asdict(self.view),
+            "config_path": None if self.config_path is None else str(self.config_path),
         }
         return {SPEC_ENV: json.dumps(data)}
 
@@ -81,6 +84,7 @@ class RankSpec:
                 world_size=int(data["world_size"]), writer_rank=int(data["writer_rank"]),
                 node_rank=None if data["node_rank"] is None else int(data["node_rank"]),
                 view=ViewOptions(**data["view"]),
+                config_path=None if data["config_path"] is None else Path(data["config_path"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, SpecError):

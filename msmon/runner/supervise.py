@@ -57,6 +57,7 @@ class Run:
         spec = RankSpec(
             run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=plan.request.worker_num or 1,
             writer_rank=plan.writer_rank, node_rank=plan.request.node_rank, view=view,
+            config_path=Path(plan.request.config).absolute(),
         )
         self.training = TrainingProcess(plan.request, spec)
         self.monitor_stop: str | None = None
@@ -96,6 +97,7 @@ class Run:
             device_count=plan.request.worker_num or 1, total_steps=plan.result.total_steps, cwd=plan.cwd,
             pid=os.getpid(),
         )
+        self.info["launch"] = "command" if plan.request.launch else "msmon"  # command: msmon run CONFIG -- COMMAND
         self.attempts.open(previous)
         runinfo.write_run_info(run_dir, self.info, plan.request.run_json)
         logger.info("msmon: run %s started in %s", plan.settings.run_name, run_dir)

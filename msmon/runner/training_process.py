@@ -22,7 +22,9 @@ from pathlib import Path
 import psutil
 
 from msmon import layout
+from msmon.ops.ranks import read_heartbeats
 from msmon.runner import results
+from msmon.runner.launch_command import INJECT_DIR
 from msmon.runner.msrun import WORKER_MODULE, LaunchFlags, rank_logs, worker_command
 from msmon.runner.protocol import RankSpec, clear_results, read_results
 from msmon.status import RunStatus
@@ -57,11 +59,19 @@ class TrainingProcess:
     def distributed(self) -> bool:
         return bool(self.flags.worker_num)
 
+    @property
+    def command(self) -> bool:
+        """`msmon run CONFIG -- COMMAND`: the user's launch, its ranks known by the heartbeats they write."""
+        return bool(self.flags.launch)
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.spec.to_env())
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env["LOCAL_DEFAULT_PATH"] = str(self.run_dir / layout.FRAMEWORK_OUTPUT)
+        if self.command:  # msmon's sitecustomize first; mindformers' outputs stay where the user's launch puts them
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), env.get("PYTHONPATH")]))
+        else:
+            env["LOCAL_DEFAULT_PATH"] = str(self.run_dir / layout.FRAMEWORK_OUTPUT)
         # MindSpore writes a failed compile's analyze_fail.ir under $MS_OM_PATH/rank_N/om and saved graphs under
         # MS_DEV_SAVE_GRAPHS_PATH, both relative to the working directory by default: the run directory instead
         env.setdefault("MS_OM_PATH", str(self.run_dir / layout.LOGS))
@@ -76,16 +86,26 @@ class TrainingProcess:
         if self.flags.node_rank in (None, 0):
             clear_results(self.run_dir)
         logger.info("msmon: launching %s", " ".join(argv))
-        self.process = subprocess.Popen(argv, env=self._env(), start_new_session=True)  # noqa: S603 - our argv
+        try:
+            self.process = subprocess.Popen(argv, env=self._env(), start_new_session=True)  # noqa: S603 - checked
+        except OSError as exc:  # the program went away since the pre-flight check
+            return results.RunResult(RunStatus.FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}")
         try:
             self._wait(on_poll)
         finally:
             self._kill_leftovers()
         where = rank_logs(self.run_dir, self.flags.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
-        return results.decide(
-            read_results(self.run_dir), returncode=self.process.returncode, ranks_here=self.ranks_here,
-            distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
-        )
+        found = read_results(self.run_dir)
+        code = self.process.returncode
+        if self.command and not found and not read_heartbeats(self.run_dir):
+            ended = "was stopped" if self.stop_requested_at is not None else f"exited with code {code}"
+            return results.RunResult(RunStatus.INTERRUPTED if self.stop_requested_at is not None else RunStatus.FAILED,
+                                     None if self.stop_requested_at is not None else
+                                     f"{argv[0]} {ended} and no process it started trained a mindformers Trainer "
+                                     "(msmon monitors the processes that do)")
+        here = self.ranks_here if not self.command or self.flags.worker_num else sorted(read_heartbeats(self.run_dir))
+        return results.decide(found, returncode=code, ranks_here=here, distributed=self.distributed,
+                              stop_requested=self.stop_requested_at is not None, where=where)
 
     def _wait(self, on_poll: Callable[[], None]) -> None:
         while self.process is not None and self.process.poll() is None:
@@ -113,9 +133,21 @@ class TrainingProcess:
         for proc in family:
             self.known.setdefault(proc.pid, proc)
 
+    def _reporting(self) -> dict[int, psutil.Process]:
+        """The live processes of this launch that wrote a rank heartbeat, by rank (`-- COMMAND`)."""
+        found = {}
+        for rank, beat in read_heartbeats(self.run_dir).items():
+            pid = beat.get("pid")
+            proc = self.known.get(pid) if isinstance(pid, int) else None
+            if proc is not None and alive(proc):
+                found[rank] = proc
+        return found
+
     def workers(self) -> list[psutil.Process]:
         """The live training processes: the worker child, or msrun's ranks (not msrun, not its scheduler)."""
         self._remember_children()
+        if self.command:
+            return list(self._reporting().values())
         if not self.distributed:
             return [p for p in self.known.values() if self.process and p.pid == self.process.pid and alive(p)]
         found = []
@@ -129,6 +161,9 @@ class TrainingProcess:
 
     def ranks(self) -> dict[int, psutil.Process]:
         """This machine's live training processes by global rank (``RANK_ID``, as msrun exported it)."""
+        if self.command:
+            self._remember_children()
+            return self._reporting()
         if not self.distributed:
             return dict(enumerate(self.workers()[:1]))
         found = {}
@@ -150,9 +185,16 @@ class TrainingProcess:
                 continue
 
     def request_stop(self) -> None:
-        """Ask every rank to stop at its next step end (one SIGTERM each)."""
+        """Ask every rank to stop at its next step end (one SIGTERM each); a launch of the user's whose processes
+        train no Trainer yet gets SIGTERM in its process group (nothing of msmon's to flush there)."""
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
+        if self.command and not self.workers() and self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            return
         self._signal_workers()
 
     def force_stop(self) -> None:

@@ -45,7 +45,8 @@ class Worker:
 
     def __init__(self, spec: RankSpec) -> None:
         self.spec = spec
-        self.world_size = spec.world_size
+        # a launch msmon did not write (msmon run CONFIG -- COMMAND) may start ranks msmon could not count
+        self.world_size = spec.world_size if spec.world_size > 1 else int(os.environ.get("MS_WORKER_NUM") or 1)
         # msrun exports RANK_ID; a single process is rank 0 whatever the environment says
         self.rank = int(os.environ.get("RANK_ID", "0")) if self.world_size > 1 else 0
         # msrun's scheduler runs the same command; MindSpore serves the cluster inside init(): no monitoring there
@@ -61,6 +62,8 @@ class Worker:
         self._force = threading.Event()
         self._finishing = threading.Lock()
         self._written = False
+        self._previous: dict[int, Any] = {}
+        self.training: dict[str, Any] = {}  # mindformers.yaml, once monitor() read it
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         """Flags only (and one wake-up): a first signal asks the training to stop at the next step end, a
@@ -86,41 +89,57 @@ class Worker:
         self.finish(RunStatus.INTERRUPTED, f"forced by a second {self.forced_by}", FORCED_BUDGET_S)
         os._exit(code)
 
-    def run(self) -> int:
-        from msmon.runner.trainer import import_framework, train
-
-        log_dir = self.run_dir / layout.LOGS
+    def begin(self) -> None:
+        """Before the training: this rank's log, stacks on request, the reserved space, the signal handlers."""
         self._logging()
         if not self.scheduler:
             stacks.register(self.run_dir, self.rank)
-        self.reserve = SpaceReserve(log_dir / f".reserve.rank_{self.rank}")
+        self.reserve = SpaceReserve(self.run_dir / layout.LOGS / f".reserve.rank_{self.rank}")
         threading.Thread(target=self._shutdown_when_forced, name="msmon-shutdown", daemon=True).start()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._on_signal)
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def monitor(self) -> list[Any]:
+        """Open this rank's session (and health, on the writing rank): the callbacks to hand the Trainer."""
+        settings = self.spec.settings
+        self.stderr.setLevel(logging.INFO if settings.verbose else logging.WARNING)
+        self.training = yaml.safe_load(self.spec.mindformers_yaml.read_text(encoding="utf-8"))
+        self._open_session(settings, self.training)
+        return [self.session.callback()] if self.session is not None else []
+
+    def end(self, exc: BaseException | None) -> RunStatus:
+        """After the training (``exc``: what it raised): this rank's status, its result, the signals given back."""
         status, error = RunStatus.COMPLETED, None
-        try:
-            settings = self.spec.settings
-            self.stderr.setLevel(logging.INFO if settings.verbose else logging.WARNING)
-            training = yaml.safe_load(self.spec.mindformers_yaml.read_text(encoding="utf-8"))
-            import_framework(log_dir)
-            self._open_session(settings, training)
-            callbacks = [self.session.callback()] if self.session is not None else []
-            train(self.spec.mindformers_yaml, callbacks, log_dir)
-        except KeyboardInterrupt:
+        if isinstance(exc, KeyboardInterrupt) or (exc is not None and self.signalled is not None):
             status = RunStatus.INTERRUPTED
-        except Exception as exc:
-            if self.signalled is None:
-                status, error = RunStatus.FAILED, describe(exc)
-                logger.error("training failed on rank %d:\n%s", self.rank, traceback.format_exc(),
-                             extra={"file_only": True})
-            else:
-                status = RunStatus.INTERRUPTED
-        if status is RunStatus.COMPLETED and self.signalled is not None:
+        elif exc is not None:
+            status, error = RunStatus.FAILED, describe(exc)
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            logger.error("training failed on rank %d:\n%s", self.rank, text, extra={"file_only": True})
+        elif self.signalled is not None:
             status = RunStatus.INTERRUPTED
-        elif status is RunStatus.COMPLETED and self.session is not None and self.session.stop_reason:
+        elif self.session is not None and self.session.stop_reason:
             status, error = RunStatus.STOPPED_BY_MONITOR, self.session.stop_reason
         self.finish(status, error)
-        return int(rank_exit_code(status))
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        return status
+
+    def run(self) -> int:
+        """The native form: train from ``mindformers.yaml`` as run_mindformer.py does."""
+        from msmon.runner.trainer import import_framework, train
+
+        log_dir = self.run_dir / layout.LOGS
+        self.begin()
+        failure: BaseException | None = None
+        try:
+            import_framework(log_dir)
+            train(self.spec.mindformers_yaml, self.monitor(), log_dir)
+        except (KeyboardInterrupt, Exception) as exc:
+            failure = exc
+        return int(rank_exit_code(self.end(failure)))
 
     def _logging(self) -> None:
         logs.tolerate_unwritable_log_files()
