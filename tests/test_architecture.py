@@ -158,3 +158,34 @@ def test_no_except_exception_that_only_logs_at_debug() -> None:
             if only_debug:
                 hidden.append(f"{name}:{node.lineno}")
     assert hidden == []
+
+
+def test_every_check_takes_the_check_context_alone() -> None:
+    """The validator's checks share one signature: ``check(ctx: CheckContext) -> list[Finding]``."""
+    import inspect
+    import typing
+
+    from msmon.validate.context import CheckContext
+    from msmon.validate.validator import CHECKS
+
+    odd = [check.__name__ for check in CHECKS
+           if list(typing.get_type_hints(check)) != ["ctx", "return"]
+           or typing.get_type_hints(check)["ctx"] is not CheckContext
+           or len(inspect.signature(check).parameters) != 1]
+    assert odd == []
+
+
+def test_one_name_for_the_json_option() -> None:
+    """Every command's ``--json`` is the parameter ``as_json``."""
+    names = set()
+    for name, tree in _parsed():
+        if not name.startswith("cli"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for arg, default in zip(node.args.args[-len(node.args.defaults):] if node.args.defaults else [],
+                                        node.args.defaults, strict=True):
+                    if isinstance(default, ast.Call) and any(
+                            isinstance(a, ast.Constant) and a.value == "--json" for a in default.args):
+                        names.add(arg.arg)
+    assert names == {"as_json"}

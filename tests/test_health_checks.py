@@ -6,6 +6,9 @@ import sys
 
 from msmon.config.coerce import build
 from msmon.config.health import HealthSettings
+from msmon.config.loader import config_from_dict
+from msmon.config.schema import MonitorSettings
+from msmon.validate.context import CheckContext
 from msmon.validate.health import check_health
 
 SCHEDULE = {"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3}}
@@ -14,7 +17,9 @@ SCHEDULE = {"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": 1e-3}
 def findings(section: dict, training: dict | None = SCHEDULE) -> list[tuple[str, str, str]]:
     settings, problems = build(HealthSettings, section, "monitor_config.health")
     assert not problems
-    return [(f.code, f.path, f.severity) for f in check_health(settings, training)]
+    ctx = CheckContext(config_from_dict(dict(training or {})), dict(training or {}), {},
+                       MonitorSettings(health=settings))
+    return [(f.code, f.path, f.severity) for f in check_health(ctx)]
 
 
 def test_defaults_are_clean():

@@ -93,12 +93,12 @@ def _foreground(handle: Any) -> None:
 
 @board_app.command("status")
 @handle_errors
-def status(json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+def status(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """List the boards msmon started with --detach: pid, port, directory, healthy or not."""
     from msmon.ops.board import board_status
 
     rows = board_status()
-    if json_out:
+    if as_json:
         print(json.dumps([{**asdict(r), "state": state} for r, state in rows], indent=2))
         return
     if not rows:

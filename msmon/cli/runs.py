@@ -24,7 +24,7 @@ def _loss(value: float | None) -> str:
 @handle_errors
 def runs(
     save_dir: Path = typer.Argument(..., help="The save_dir holding <project>/<run> directories."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     stale_after: str = typer.Option(
         "10m", "--stale-after", help="A running run on another host is stale when its heartbeat is older than this."
     ),
@@ -36,7 +36,7 @@ def runs(
 
     limit = parse_duration(stale_after)
     found = list_runs(save_dir, stale_after_s=limit)
-    if json_out:
+    if as_json:
         print(json.dumps([r.to_json() for r in found], indent=2))
         return
     if not found:

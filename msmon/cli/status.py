@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def status(
     run: Path = typer.Argument(..., help="A run directory (<save_dir>/<project>/<run>)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
 ) -> None:
     """Show a run and each of its ranks: last step, seconds since it ended, state; why no step ends when stuck."""
     from rich.markup import escape
@@ -30,7 +30,7 @@ def status(
     from msmon.util.durations import format_duration
 
     info, ranks = rank_status(run)
-    if json_out:
+    if as_json:
         stuck = ranks.diagnosis
         print(json.dumps({**info.to_json(), "idle_s": ranks.idle_s,
                           "stuck": None if stuck is None else {"ranks": stuck.culprits, "why": stuck.lines}}, indent=2))

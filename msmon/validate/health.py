@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import urlparse
 
 from msmon.config.coerce import range_findings
-from msmon.config.health import HealthSettings
 from msmon.findings import Finding, error, warning
+from msmon.validate.context import CheckContext
 
 BASE = "monitor_config.health"
 
 
-def check_health(settings: HealthSettings, training: Mapping[str, Any] | None = None) -> list[Finding]:
+def check_health(ctx: CheckContext) -> list[Finding]:
     """Findings for values out of range (MS801), a bad webhook URL (MS802), a command hook that cannot
     run (MS803), and a learning-rate check that has no schedule to compare with (MS804, warning)."""
+    settings, training = ctx.settings.health, ctx.training
     if not settings.enabled:
         return []
     found = range_findings(settings, BASE, "MS801", "see docs/health.md")

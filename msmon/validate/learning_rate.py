@@ -60,7 +60,7 @@ def check_peak(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
     return []
 
 
-def check_lr_end(schedule: Schedule, ctx: CheckContext) -> list[Finding]:
+def check_lr_end(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
     """MS806: lr_end (min_lr) above the peak of a schedule that decays."""
     if not schedule.moves or schedule.peak is None or schedule.lr_end is None or schedule.lr_end <= schedule.peak:
         return []
@@ -75,7 +75,7 @@ def run_steps(ctx: CheckContext) -> int | None:
     return positive_int(ctx.get("runner_config.stop_step")) or data_steps(ctx)
 
 
-def check_warmup(schedule: Schedule, ctx: CheckContext) -> list[Finding]:
+def check_warmup(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
     """MS807: a warm-up as long as the run or longer (the peak is never reached)."""
     steps = run_steps(ctx)
     ratio = schedule.warmup_ratio
@@ -94,7 +94,7 @@ def check_warmup(schedule: Schedule, ctx: CheckContext) -> list[Finding]:
                     "steps): the learning rate never reaches its peak", "use a warm-up of a few percent of the run")]
 
 
-def check_total_steps(schedule: Schedule, ctx: CheckContext) -> list[Finding]:
+def check_total_steps(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
     """MS808: a decaying schedule whose total_steps differs from the steps the data and batch size give (single
     device, no sinking, no gradient accumulation: where msmon can count them as mindformers does)."""
     data = data_steps(ctx)
@@ -113,5 +113,5 @@ def check_total_steps(schedule: Schedule, ctx: CheckContext) -> list[Finding]:
 def check_learning_rate(ctx: CheckContext) -> list[Finding]:
     """Every MS805-MS808 finding of the config's lr_schedule."""
     schedule = schedule_from_config(ctx.training, LearningRateSettings())
-    return [*check_peak(ctx, schedule), *check_lr_end(schedule, ctx), *check_warmup(schedule, ctx),
-            *check_total_steps(schedule, ctx)]
+    return [*check_peak(ctx, schedule), *check_lr_end(ctx, schedule), *check_warmup(ctx, schedule),
+            *check_total_steps(ctx, schedule)]

@@ -33,14 +33,9 @@ from msmon.validate.registry import check_registry
 from msmon.validate.save_dir import check_save_dir
 from msmon.validate.section import check_section
 
-
-def _check_health(ctx: CheckContext) -> list[Finding]:
-    return check_health(ctx.settings.health, ctx.training)
-
-
 CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
-    check_registry, _check_health, check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates,
+    check_registry, check_health, check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates,
 )
 MAX_UNRESOLVED = 100
 _ABSENT = object()
