@@ -5,10 +5,10 @@ the user's script alone vs the same script under msmon, measured in alternating 
 
 The script is tests/launches/train_with_mindformers.py (MindFormerConfig(path), the context, Trainer(config).train()).
 Alone it trains the file `msmon export CONFIG` writes (mindformers.yaml: what msmon hands mindformers), with msmon's
-CPU train-step wrapper registered first (the quickstart names it: no CPU kernel for the stock one's overflow check;
-under msmon the hook registers it); under msmon it gets the same file in place of CONFIG. "First logged step": the moment mindformers' MFLossMonitor prints step 1 on
-the process's output (the same line for both); the process group is then stopped. Target: msmon adds at most 1 s
-(median of the pairs' differences).
+CPU train-step wrapper registered first (the quickstart names it: the stock one's overflow check has no CPU kernel;
+under msmon the hook registers it); under msmon it gets the same file in place of CONFIG. "First logged step": the
+moment mindformers' MFLossMonitor prints step 1 on the process's output (the same line for both); the process group
+is then stopped. Target: msmon adds at most 1 s (median of the pairs' differences).
 """
 
 from __future__ import annotations
