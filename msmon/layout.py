@@ -14,7 +14,6 @@ MINDFORMERS_YAML = "mindformers.yaml"  # the config the training loads (msmon.co
 METRICS = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 ALERTS = "alerts.jsonl"
-HEARTBEAT = "heartbeat.json"
 HEARTBEATS = "heartbeats"  # each rank's liveness: heartbeats/rank_N.json
 STACKS = "stacks"  # each rank's Python stacks, captured when the run stalls: stacks/rank_N.txt
 REPORT = "report.html"
@@ -32,7 +31,7 @@ CONTEXT_DIR = "context"  # the flight recorder's per-step window before each ale
 RESERVE = ".msmon-reserve"  # disk space held for the final run.json (released at the end)
 
 #: Files whose presence makes a directory a run directory.
-MARKERS: tuple[str, ...] = (RUN_JSON, HEARTBEAT, METRICS)
+MARKERS: tuple[str, ...] = (RUN_JSON, METRICS)
 
 
 def superseded(name: str, attempt: int) -> str:

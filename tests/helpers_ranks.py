@@ -24,6 +24,16 @@ from msmon.util.net import free_port
 DATA_PARALLEL = ["use_parallel=True", "parallel_config.data_parallel=2", "parallel.full_batch=False"]
 
 
+def rank_heartbeat(path: Path, beat: dict) -> None:
+    """``heartbeats/rank_N.json`` in run directory ``path`` as a rank writes it, from ``{"step", "time", "pid",
+    "rank", "host"}``."""
+    (path / "heartbeats").mkdir(parents=True, exist_ok=True)
+    data = {"rank": beat.get("rank", 0), "pid": beat.get("pid"), "host": beat.get("host"), "state": "training",
+            "alive": beat.get("time"), "ended": beat.get("step"), "ended_time": beat.get("time"),
+            "begun": beat.get("step"), "begun_time": beat.get("time")}
+    (path / "heartbeats" / f"rank_{data['rank']}.json").write_text(json.dumps(data))
+
+
 def processes_of(run_dir: Path) -> list[str]:
     """Live processes started for this run (msmon run, msrun, its scheduler, the ranks, tail)."""
     found = []

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers_ranks import rank_heartbeat
 
 from msmon.errors import MsmonError
 from msmon.ops.clean import clean
@@ -34,7 +35,7 @@ def make_run(save: Path, project: str, run: str, ended_days: float | None, statu
     (path / "run.json").write_text(json.dumps(info))
     (path / "logs" / "msmon.log").write_bytes(b"x" * size)
     if heartbeat is not None:
-        (path / "heartbeat.json").write_text(json.dumps(heartbeat))
+        rank_heartbeat(path, heartbeat)
     stamp = (now - timedelta(days=active_days)).timestamp() if active_days is not None else (end or now).timestamp()
     for file in [path, *path.rglob("*")]:
         os.utime(file, (stamp, stamp), follow_symlinks=False)

@@ -121,7 +121,7 @@ def test_save_dir_made_read_only_mid_run(faulty: dict[str, Any]) -> None:
         pytest.skip("making a directory read-only for root needs root, chattr and a file system that supports it")
     stderr, summary, seen = faulty["stderr"], faulty["summary"], faulty["seen"]
     assert len(warnings_about(stderr, "msmon: backend 'file'")) == 1
-    assert len(warnings_about(stderr, "heartbeat.json")) <= 1
+    assert len(warnings_about(stderr, "rank_0.json")) <= 1
     written = faulty["jsonl"]
     assert written == seen[: len(written)] and 0 < len(written) < 27  # intact up to the step it became read-only
     assert summary["backends"]["file"]["status"] in ("failing", "disabled") and summary["backends"]["file"]["lost"] > 0

@@ -213,9 +213,10 @@ def test_close_is_idempotent_flushes_and_writes_the_heartbeat(tmp_path):
     first = session.close("completed")
     assert session.close("failed") is first
     assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
-    beat = json.loads((s.run_dir() / "heartbeat.json").read_text())
-    assert beat["step"] == 40 and beat["pid"] == os.getpid() and beat["rank"] == 0
-    assert abs(beat["time"] - time.time()) < 5
+    assert not (s.run_dir() / "heartbeat.json").exists()  # one heartbeat per rank, written by its own thread
+    beat = json.loads((s.run_dir() / "heartbeats" / "rank_0.json").read_text())
+    assert beat["ended"] == 40 and beat["pid"] == os.getpid() and beat["rank"] == 0 and beat["state"] == "completed"
+    assert abs(beat["ended_time"] - time.time()) < 5 and abs(beat["alive"] - time.time()) < 5
     assert first.last_step == 40 and first.last_record == sent[-1]
 
 

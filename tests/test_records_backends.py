@@ -86,8 +86,9 @@ def test_verbose_start_line_and_one_line_per_logged_step(completed) -> None:
 
 
 def test_heartbeat_names_the_last_step(completed) -> None:
-    beat = json.loads((completed.run_dir / "heartbeat.json").read_text())
-    assert beat["step"] == completed.steps and beat["rank"] == 0 and beat["host"]
+    assert not (completed.run_dir / "heartbeat.json").exists()  # one liveness file per rank
+    beat = json.loads((completed.run_dir / "heartbeats" / "rank_0.json").read_text())
+    assert beat["ended"] == completed.steps and beat["rank"] == 0 and beat["host"]
     assert beat["pid"] != completed.info["pid"]  # written by the training process, not by msmon run
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_ranks import rank_heartbeat
 
 from msmon.ops.runs import list_runs
 
@@ -37,7 +38,7 @@ def make_run(save: Path, project: str, run: str, status: str = "completed", star
     (path / "metrics.jsonl").write_text("\n".join([*lines, json.dumps({"step": 99, "time": NOW})]) + "\n")
     (path / "alerts.jsonl").write_text("".join(json.dumps({"step": 1, "detector": "x"}) + "\n" for _ in range(alerts)))
     if heartbeat is not None:
-        (path / "heartbeat.json").write_text(json.dumps(heartbeat))
+        rank_heartbeat(path, heartbeat)
     return path
 
 
@@ -96,7 +97,8 @@ def test_half_written_and_missing_files_never_raise(save: Path) -> None:
     make_run(save, "p", "ok")
     torn = make_run(save, "p", "torn", status="running", ended_ago=None)
     (torn / "run.json").write_text('{"status": "runn')
-    (torn / "heartbeat.json").write_text("")
+    (torn / "heartbeats").mkdir()
+    (torn / "heartbeats" / "rank_0.json").write_text("")
     with open(torn / "metrics.jsonl", "a") as handle:
         handle.write('{"step": 120, "loss": 0.')
     (save / "p" / "only_metrics").mkdir()
@@ -131,7 +133,8 @@ def test_cli_table_and_errors(save: Path) -> None:
     assert header.split() == ["project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat",
                               "ranks"]
     assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-4:] == ["0.5", "3", "-", "-"]
-    assert rows[1].split()[:3] == ["p", "dead", "stale"] and rows[1].split()[-2].startswith("11m4")
+    assert rows[1].split()[:3] == ["p", "dead", "stale"] and " 11m4" in rows[1]  # the heartbeat's age
+    assert rows[1].rstrip().endswith("not responding")  # its one rank, 700 s silent
     missing = subprocess.run([sys.executable, "-m", "msmon", "runs", "nowhere"], capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 1 and "nowhere: no such directory" in missing.stderr

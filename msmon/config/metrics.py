@@ -6,9 +6,12 @@ tracked metric that would otherwise be drawn as a flat line of placeholder zeros
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from msmon.util.numbers import as_number
 
 CORE_METRICS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "throughput", "global_step")
 
@@ -138,3 +141,21 @@ def canonical_metric(name: str) -> str | None:
 def known_metric_names() -> list[str]:
     """Every accepted spelling, canonical names first."""
     return [*METRICS, *ALIASES]
+
+
+def nonfinite_values(record: Mapping[str, Any]) -> dict[str, float]:
+    """The NaN/Inf values of ``record`` that mean divergence (the ``nonfinite`` detector's rule, and the rank
+    heartbeat's): loss, grad_norm and loss_mean (loss_mean only when the loss itself is finite); a non-finite
+    grad_norm alone on a step the loss-scale wrapper flagged as overflow is expected (the update is skipped)."""
+    bad = {}
+    for key in ("loss", "grad_norm", "loss_mean"):
+        value = as_number(record.get(key))
+        if value is not None and not math.isfinite(value):
+            bad[key] = value
+    if "loss" in bad:
+        bad.pop("loss_mean", None)
+    overflow = record.get("overflow")
+    flagged = overflow is True or bool(as_number(overflow))
+    if "grad_norm" in bad and "loss" not in bad and "loss_mean" not in bad and flagged:
+        del bad["grad_norm"]
+    return bad

@@ -12,7 +12,6 @@ here; a write costs this thread about 0.1 ms a second.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import threading
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.config.metrics import nonfinite_values
 from msmon.engine.record import StepProgress
 from msmon.errors import describe
 from msmon.util.atomic import atomic_write_json
@@ -29,13 +29,6 @@ logger = logging.getLogger("msmon")
 
 HEARTBEAT_S = 1.0  # how often the file is rewritten
 VALUE_KEYS = ("step", "time", "loss", "grad_norm", "overflow", "loss_mean")
-CHECKED = ("loss", "grad_norm", "loss_mean")  # a non-finite one of these makes a record worth keeping
-
-
-def _nonfinite(record: dict[str, Any]) -> bool:
-    """A NaN/Inf the ``nonfinite`` detector counts (a grad norm alone on an overflow step does not)."""
-    bad = {key for key in CHECKED if isinstance(record.get(key), float) and not math.isfinite(record[key])}
-    return bool(bad) and not (bad == {"grad_norm"} and record.get("overflow"))
 
 
 class RankHeartbeat:
@@ -74,7 +67,7 @@ class RankHeartbeat:
     def on_record(self, record: dict[str, Any]) -> None:
         values = {key: record[key] for key in VALUE_KEYS if key in record}
         self._logged = values
-        bad = _nonfinite(values)
+        bad = bool(nonfinite_values(values))
         if bad and not self._diverged:
             self._nonfinite = values
         self._diverged = bad

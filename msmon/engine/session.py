@@ -17,7 +17,6 @@ from msmon.engine.backends import backend_class
 from msmon.engine.callback import StepObserver, make_callback
 from msmon.engine.diskguard import DiskGuard
 from msmon.engine.flight import FlightRecorder
-from msmon.engine.heartbeat import Heartbeat
 from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import StepProgress, canonical_metrics, console_line
 from msmon.engine.writer import Writer
@@ -77,7 +76,6 @@ class MonitorSession:
         self.stop_reason: str | None = None
         self.disk_guard_reason: str | None = None
         self._metrics = canonical_metrics(settings.track_metrics)
-        self._heartbeat = Heartbeat(self.run_dir, self.progress, rank)
         self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval)
         self.disk_guard = DiskGuard(self.run_dir, settings.disk)
         self._callback: Any = None
@@ -173,8 +171,6 @@ class MonitorSession:
                 return self._summary
             atexit.unregister(self._close_at_exit)
             late = self.writer.close(status, budget_cap_s) if self._started else []
-            if self.writes:
-                self._heartbeat.tick(force=True)
             if self._started:
                 self.rank_heartbeat.stop(status)
             self._summary = self._make_summary(late)
@@ -204,7 +200,6 @@ class MonitorSession:
     def _tick(self) -> None:
         if not self.writes:
             return
-        self._heartbeat.tick()
         if self.disk_guard_reason is None:
             reason = self.disk_guard.check()
             if reason:

@@ -17,7 +17,7 @@ class Watchdog:
 
     Before the first step ends it measures from its own start (timeout ``first_step_timeout_s``);
     once the planned number of steps has ended it stays quiet (closing may take a while). The
-    session writes ``heartbeat.json``; this thread only reads the progress.
+    rank's heartbeat thread writes its liveness file; this thread only reads the progress.
     """
 
     def __init__(self, monitor: HealthMonitor, progress: Any, *, poll_s: float, log_interval: int = 1) -> None:

@@ -51,6 +51,12 @@ class RankState:
                 "age_s": self.age_s(now), "heartbeat_age_s": self.alive_age_s, "host": self.host, "pid": self.pid}
 
 
+def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:
+    """The heartbeat of the lowest rank that has one (a run's liveness in `msmon runs`), None without any."""
+    beats = read_heartbeats(run_dir)
+    return beats[min(beats)] if beats else None
+
+
 def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
     """rank -> its heartbeat, for every readable ``heartbeats/rank_N.json`` (a half-written one is skipped)."""
     found: dict[int, dict[str, Any]] = {}

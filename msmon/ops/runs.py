@@ -12,7 +12,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.errors import MsmonError
-from msmon.ops.ranks import RankReport, report, summary
+from msmon.ops.ranks import RankReport, first_heartbeat, report, summary
 from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.files import subdirs
@@ -147,7 +147,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     now = time.time() if now is None else now
     problems: list[str] = []
     run = read_json(path / layout.RUN_JSON, problems)
-    heartbeat = read_json(path / layout.HEARTBEAT, problems)
+    heartbeat = first_heartbeat(path)
     rel = path.relative_to(save_dir).parts if path != save_dir else (path.parent.name, path.name)
     project = str((run or {}).get("project_name") or (rel[0] if len(rel) > 1 else "-"))
     info = RunInfo(path=path, project=project, run=str((run or {}).get("run_name") or path.name), status="unknown")
@@ -156,11 +156,11 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         problems.append("no run.json")
     info.last_modified = last_modified(path)
     info.start, info.end = _time((run or {}).get("start_time")), _time((run or {}).get("end_time"))
-    beat = as_number((heartbeat or {}).get("time"))
+    beat = as_number((heartbeat or {}).get("alive"))  # refreshed every second by the rank's own thread
     info.heartbeat_age_s = now - beat if beat is not None else None
     metric = last_records(path / layout.METRICS, ("loss", "step"))
     info.last_loss = as_number(metric.get("loss", {}).get("loss"))
-    steps = [(run or {}).get("last_step"), (heartbeat or {}).get("step"), metric.get("step", {}).get("step")]
+    steps = [(run or {}).get("last_step"), (heartbeat or {}).get("ended"), metric.get("step", {}).get("step")]
     known = [int(s) for s in steps if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)]
     info.last_step = max(known) if known else None
     ranks = report(path, now)

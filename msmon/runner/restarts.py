@@ -21,6 +21,7 @@ from msmon import layout
 from msmon.health import make_sinks
 from msmon.health.alert import Alert
 from msmon.health.monitor import stopping_detector
+from msmon.ops.ranks import read_heartbeats
 from msmon.runner import attempts, results, rundir, runinfo
 from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, resume_overrides, training_layout
 from msmon.runner.protocol import RankResult, read_results
@@ -28,7 +29,6 @@ from msmon.runner.results import RunResult
 from msmon.runner.training_process import TrainingProcess
 from msmon.status import RunStatus
 from msmon.util.attempt import Attempt
-from msmon.util.jsonfiles import read_json_object
 
 logger = logging.getLogger("msmon")
 
@@ -58,15 +58,13 @@ def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
 
 
 def last_step_seen(run_dir: Path, ranks: dict[int, RankResult], since: float) -> int | None:
-    """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else rank 0's heartbeat
+    """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else their heartbeats
     (a killed process leaves no result)."""
     steps = [r.last_step for r in ranks.values() if r.last_step is not None]
-    try:
-        beat = read_json_object(run_dir / layout.HEARTBEAT)
-        if float(beat.get("time") or 0) >= since and isinstance(beat.get("step"), int):
-            steps.append(beat["step"])
-    except (OSError, ValueError, TypeError):
-        pass
+    for beat in read_heartbeats(run_dir).values():
+        ended_time = beat.get("ended_time")
+        if isinstance(ended_time, int | float) and ended_time >= since and isinstance(beat.get("ended"), int):
+            steps.append(beat["ended"])
     return max(steps) if steps else None
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from msmon.config.health import NonFiniteSettings
+from msmon.config.metrics import nonfinite_values
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
 from msmon.util.numbers import fmt_number
@@ -28,15 +28,7 @@ class NonFiniteDetector:
         self._active = False
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
-        bad: dict[str, float] = {}
-        for key in ("loss", "grad_norm", "loss_mean"):
-            value = metric(record, key)
-            if value is not None and not math.isfinite(value):
-                bad[key] = value
-        if "loss" in bad:
-            bad.pop("loss_mean", None)
-        if "grad_norm" in bad and "loss" not in bad and "loss_mean" not in bad and metric(record, "overflow"):
-            del bad["grad_norm"]
+        bad = nonfinite_values(record)
         if not bad:
             self._active = False
             return None
