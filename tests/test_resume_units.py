@@ -27,9 +27,10 @@ from msmon.health.replay import replay
 from msmon.runner import attempts, runinfo
 from msmon.runner.checkpoint_files import Incomplete, read_checkpoint
 from msmon.runner.checkpoints import check_fits, latest_checkpoint, resume_overrides, training_layout
+from msmon.runner.lifecycle import restart_cause
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions
-from msmon.runner.restarts import RestartPolicy, restart_cause
+from msmon.runner.restarts import RestartPolicy
 from msmon.runner.results import RunResult
 from msmon.runner.supervise import Run
 from msmon.status import RunStatus
@@ -162,7 +163,7 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
     assert any(line.startswith("resume from:   step 10") for line in resumed.describe())
     second = Run(resumed, say=lambda line: None, view=ViewOptions())
     second.create()
-    spec = second.training.spec
+    spec = second.attempts.training.spec
     assert yaml.safe_load(spec.mindformers_yaml.read_text())["resume_training"] == "llama_rank_0-1_10.ckpt"
     assert spec.attempt == Attempt(2, 10)
     second.finish(RunStatus.COMPLETED)

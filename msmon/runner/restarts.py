@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,14 @@ from typing import Any
 from msmon import layout
 from msmon.health import make_sinks
 from msmon.health.alert import Alert
-from msmon.health.monitor import stopping_detector
 from msmon.ops.ranks import read_heartbeats
 from msmon.runner import attempts, results, rundir, runinfo
 from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, resume_overrides, training_layout
-from msmon.runner.protocol import RankResult, read_results
+from msmon.runner.lifecycle import Lifecycle
+from msmon.runner.plan import RunPlan
+from msmon.runner.protocol import RankResult, RankSpec, read_results
 from msmon.runner.results import RunResult
 from msmon.runner.training_process import TrainingProcess
-from msmon.status import RunStatus
 from msmon.util.attempt import Attempt
 
 logger = logging.getLogger("msmon")
@@ -48,15 +49,6 @@ class RestartPolicy:
         return min(self.backoff_s * 2 ** max(restart - 1, 0), max(self.backoff_s, BACKOFF_CAP_S))
 
 
-def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
-    """Why an attempt that ended with ``result`` deserves a restart, or None (a signal is checked by the caller)."""
-    if result.status is RunStatus.FAILED and progressed:
-        return f"failed: {result.error}"
-    if result.status is RunStatus.STOPPED_BY_MONITOR and stopping_detector(result.error) == "stall":
-        return f"was stopped by the monitor for a hang: {result.error}"
-    return None
-
-
 def last_step_seen(run_dir: Path, ranks: dict[int, RankResult], since: float) -> int | None:
     """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else their heartbeats
     (a killed process leaves no result)."""
@@ -69,22 +61,29 @@ def last_step_seen(run_dir: Path, ranks: dict[int, RankResult], since: float) ->
 
 
 class AttemptLoop:
-    """Runs the attempts of one ``Run`` (runner.supervise): its ``training`` is replaced at each attempt."""
+    """Runs the attempts of one run as its ``Lifecycle`` decides: each attempt's run.json entry, its records kept
+    aside, its ``mindformers.yaml`` and training process (``training``: the current attempt's), the back-off."""
 
-    def __init__(self, run: Any) -> None:
-        self.run = run
-        self.plan = run.plan
-        self.run_dir: Path = run.plan.run_dir
-        self.policy = RestartPolicy(self.plan.request.max_restarts, self.plan.request.restart_backoff_s)
-        self.base_spec = run.training.spec
-        self.restarts = 0
+    def __init__(self, plan: RunPlan, lifecycle: Lifecycle, spec: RankSpec, *, react: Callable[[], None],
+                 restarted: Callable[[], None], monitor_stop: Callable[[], str | None]) -> None:
+        self.plan = plan
+        self.lifecycle = lifecycle
+        self.run_dir: Path = plan.run_dir
+        self.policy = RestartPolicy(plan.request.max_restarts, plan.request.restart_backoff_s)
+        self.base_spec = spec
+        self.training = TrainingProcess(plan.request, spec)
+        self.react = react  # the supervisor's poll: signals, the rank watcher, the board
+        self.restarted = restarted  # the supervisor forgets the earlier attempt's ranks and monitor stop
+        self.monitor_stop = monitor_stop
+        self.info: dict[str, Any] = {}
         self.entry: dict[str, Any] = {}
         self.started = time.time()
 
-    def open(self, previous: dict[str, Any] | None) -> None:
-        """At the creation of the run: the attempts an earlier run.json of this directory lists, the run's layout,
-        and the first attempt of this ``msmon run`` (from ``plan.resume_point`` with --resume)."""
-        info = self.run.info
+    def open(self, info: dict[str, Any], previous: dict[str, Any] | None) -> None:
+        """At the creation of the run (``info``: its run.json, kept up to date here): the attempts an earlier
+        run.json of this directory lists, the run's layout, and the first attempt of this ``msmon run`` (from
+        ``plan.resume_point`` with --resume)."""
+        self.info = info
         earlier = attempts.carried_over(previous)
         if earlier and previous:
             info.update(attempts=earlier, start_time=previous.get("start_time") or info["start_time"])
@@ -96,56 +95,57 @@ class AttemptLoop:
         """Move the records after the resume step aside, add the attempt to run.json, prepare its process."""
         step = point.step if point else None
         if supersede and not self.plan.request.joins_run:  # node 0 owns the metrics of a multi-machine run
-            moved = attempts.supersede(self.run_dir, step or 0, len(self.run.info.get("attempts") or []))
+            moved = attempts.supersede(self.run_dir, step or 0, len(self.info.get("attempts") or []))
             if moved:
                 logger.info("msmon: %d records after step %s kept aside (superseded)", moved, step or 0)
         if supersede:
-            self.run.restarted()  # the rank watcher forgets the earlier attempt's ranks
-        self.entry = attempts.begin(self.run.info, resumed_from=point.to_json() if point else None, reason=reason)
+            self.restarted()  # the rank watcher forgets the earlier attempt's ranks
+        self.entry = attempts.begin(self.info, resumed_from=point.to_json() if point else None, reason=reason)
         resuming = resume_overrides(point, self.run_dir, self.plan.training) if point is not None else []
         rundir.write_mindformers_yaml(self.run_dir, self.plan.loaded, resuming)
         # a restart without a checkpoint trains from step 0 again: the backends still continue from there
         attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0)
-        self.run.training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
+        self.training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
         self.started = time.time()
 
     def _write(self) -> None:
         try:
-            runinfo.write_run_info(self.run_dir, self.run.info, self.plan.request.run_json)
+            runinfo.write_run_info(self.run_dir, self.info, self.plan.request.run_json)
         except OSError as exc:
             logger.warning("msmon: cannot update %s: %s", layout.RUN_JSON, exc)
 
-    def run_all(self) -> RunResult:
-        """Train, and restart as the policy allows; the last attempt's result (its entry is closed by finish)."""
+    def run_all(self) -> None:
+        """Train, and restart while the lifecycle says a restart is due (the last attempt's entry is closed by the
+        supervisor's finish)."""
         while True:
-            result = self.run.training.run(on_poll=self.run._react)
-            self.run._react()
-            result = self.run.judged(result)
+            self.lifecycle.begin_attempt()
+            result = self.training.run(on_poll=self.react)
+            self.react()
             ranks = read_results(self.run_dir)
             last = last_step_seen(self.run_dir, ranks, self.started)
             self.entry["last_step"] = last
             start = self.entry.get("resumed_from_step") or 0
-            cause = restart_cause(result, progressed=last is not None and last > start)
-            if self.run.signal_received is not None or cause is None:
-                return result
-            if self.restarts >= self.policy.max_restarts:
-                if self.policy.max_restarts:
-                    logger.warning("msmon: the training %s; no restart left (%d used)", cause, self.restarts)
-                return result
-            self._end(result, ranks, last)
-            self.restarts += 1
+            cause = self.lifecycle.attempt_ended(result, monitor_stop=self.monitor_stop(),
+                                                 progressed=last is not None and last > start)
+            if cause is None:
+                if self.lifecycle.unrestarted is not None and self.policy.max_restarts:
+                    logger.warning("msmon: the training %s; no restart left (%d used)", self.lifecycle.unrestarted,
+                                   self.lifecycle.restarts)
+                return
+            self._end(self.lifecycle.judged, ranks, last)
             point = latest_checkpoint(self.run_dir)
-            delay = self.policy.delay(self.restarts)
+            delay = self.policy.delay(self.lifecycle.restarts)
             self._alert(cause, point, delay, last)
             self._write()
             if not self._wait(delay):
-                return RunResult(RunStatus.INTERRUPTED)
+                self.lifecycle.backoff_interrupted()
+                return
             self._begin(point, attempts.RESTART, supersede=True)
             self._write()
 
     def _end(self, result: RunResult, ranks: dict[int, RankResult], last: int | None) -> None:
         summed = results.totals(ranks)
-        attempts.end(self.entry, status=result.status.value, exit_code=self.run.exit_code(result.status),
+        attempts.end(self.entry, status=result.status.value, exit_code=int(self.lifecycle.exit_code(result.status)),
                      last_step=last, alert_count=summed.alert_count, dropped_records=summed.dropped_records,
                      internal_errors=summed.internal_errors.count, error=result.error,
                      records_lost=results.backend_accounting(ranks)["records_lost"])
@@ -155,8 +155,8 @@ class AttemptLoop:
         step = point.step if point else 0
         where = f"step {step} ({point.path})" if point else "the start (no complete checkpoint)"
         message = (f"the training {cause}; restarting from {where} in {delay:g} s "
-                   f"(restart {self.restarts} of {self.policy.max_restarts})")
-        values = {"attempt": len(self.run.info.get("attempts") or []) + 1, "restart": self.restarts,
+                   f"(restart {self.lifecycle.restarts} of {self.policy.max_restarts})")
+        values = {"attempt": len(self.info.get("attempts") or []) + 1, "restart": self.lifecycle.restarts,
                   "max_restarts": self.policy.max_restarts, "resumed_from_step": step,
                   "checkpoint": str(point.path) if point else None, "last_step": last, "delay_s": delay}
         alert = Alert(time.time(), step, RESTART_DETECTOR, "warning", message, values, "restart")
@@ -172,8 +172,8 @@ class AttemptLoop:
         """The back-off; False when a signal arrived meanwhile (then there is no restart)."""
         end = time.monotonic() + delay
         while time.monotonic() < end:
-            self.run._react()
-            if self.run.signal_received is not None:
+            self.react()
+            if self.lifecycle.signal is not None:
                 return False
             time.sleep(min(POLL_S, max(end - time.monotonic(), 0.0)))
         return True

@@ -17,14 +17,13 @@ from msmon.errors import describe
 from msmon.ops.backup import backup_config
 from msmon.runner import attempts, results, rundir, runinfo, stacks
 from msmon.runner.board_beside import BoardBeside
+from msmon.runner.lifecycle import Lifecycle
 from msmon.runner.plan import RunPlan
 from msmon.runner.protocol import RankSpec, ViewOptions, read_results
 from msmon.runner.rank_watch import RankWatcher
 from msmon.runner.restarts import AttemptLoop
-from msmon.runner.results import RunResult
 from msmon.runner.resume import recorded_info
-from msmon.runner.training_process import TrainingProcess
-from msmon.status import RunStatus, exit_code
+from msmon.status import RunStatus
 from msmon.util import internal_errors, logs
 from msmon.util.attempt import Attempt
 from msmon.util.files import SpaceReserve
@@ -59,15 +58,14 @@ class Run:
             writer_rank=plan.writer_rank, node_rank=plan.request.node_rank, view=view,
             config_path=Path(plan.request.config).absolute(),
         )
-        self.training = TrainingProcess(plan.request, spec)
         self.monitor_stop: str | None = None
         self.watcher = RankWatcher(
             plan.run_dir, plan.settings, plan.training, pipeline=plan.pipeline, writer_rank=plan.writer_rank,
             node_rank=plan.request.node_rank, local_ranks=self._local_ranks, request_stop=self._stop_by_monitor,
         )
-        self.attempts = AttemptLoop(self)  # replaces self.training at each attempt
-        self.signal_received: int | None = None
-        self.forced_by: str | None = None
+        self.lifecycle = Lifecycle(plan.request.max_restarts)
+        self.attempts = AttemptLoop(plan, self.lifecycle, spec, react=self._react, restarted=self.restarted,
+                                    monitor_stop=lambda: self.monitor_stop)
         self.reserve: SpaceReserve | None = None
         self._signals: list[int] = []
         self._handled = 0
@@ -98,7 +96,7 @@ class Run:
             pid=os.getpid(),
         )
         self.info["launch"] = "command" if plan.request.launch else "msmon"  # command: msmon run CONFIG -- COMMAND
-        self.attempts.open(previous)
+        self.attempts.open(self.info, previous)
         runinfo.write_run_info(run_dir, self.info, plan.request.run_json)
         logger.info("msmon: run %s started in %s", plan.settings.run_name, run_dir)
 
@@ -135,17 +133,11 @@ class Run:
         if self.monitor_stop is None:
             self.monitor_stop = reason
             logger.warning("msmon: stopping the run: %s", reason)
-            self.training.request_stop()
+            self.attempts.training.request_stop()
 
     def _local_ranks(self) -> dict[int, Any]:
         """The ranks of the current attempt's training process (each attempt has its own)."""
-        return self.training.ranks()
-
-    def judged(self, result: RunResult) -> RunResult:
-        """An attempt's result as the run sees it: ``stopped_by_monitor`` when the rank watcher stopped it."""
-        if self.monitor_stop is not None and result.status in (RunStatus.INTERRUPTED, RunStatus.COMPLETED):
-            return RunResult(RunStatus.STOPPED_BY_MONITOR, self.monitor_stop)
-        return result
+        return self.attempts.training.ranks()
 
     def restarted(self) -> None:
         """A new attempt begins: the rank watcher starts again and a stop it requested is spent."""
@@ -166,15 +158,14 @@ class Run:
             signum = self._signals[self._handled]
             self._handled += 1
             name = signal.Signals(signum).name
-            if self._handled == 1:
-                self.signal_received = signum
+            count = self.lifecycle.signalled(signum, name)
+            if count == 1:
                 logger.warning("msmon: %s received: stopping at the end of the current step (again to force)", name)
-                self.training.request_stop()
-            elif self._handled == 2:
-                self.forced_by = name
+                self.attempts.training.request_stop()
+            elif count == 2:
                 logger.warning("msmon: second %s: the training flushes and exits now", name)
-                self.training.force_stop()
-        if self.signal_received is None:
+                self.attempts.training.force_stop()
+        if self.lifecycle.signal is None:
             self._watch()
         self.board.check()
 
@@ -193,20 +184,15 @@ class Run:
         threading.Thread(target=self._hard_deadline, name="msmon-hard-deadline", daemon=True).start()
         self.install_signals()
         try:
-            result: RunResult = self.attempts.run_all()
-            status, error = result.status, result.error
-            if self.signal_received is not None and status not in (RunStatus.FAILED, RunStatus.COMPLETED):
-                status = RunStatus.INTERRUPTED
-            error = error if status is not RunStatus.INTERRUPTED else None
-            if self.forced_by is not None and status is RunStatus.INTERRUPTED:
-                error = f"forced by a second {self.forced_by}"
-            return self.finish(status, error=error)
+            self.attempts.run_all()
+            ending = self.lifecycle.ending()
+            return self.finish(ending.status, error=ending.error)
         finally:
             self.restore_signals()
 
     # -- the end --------------------------------------------------------------------------------
     def exit_code(self, status: RunStatus) -> int:
-        return int(exit_code(status, self.signal_received))
+        return int(self.lifecycle.exit_code(status))
 
     def finish(self, status: RunStatus, error: str | None = None) -> Outcome:
         """Stop the board, write the final run.json (once; the space reserved at the start is released first,

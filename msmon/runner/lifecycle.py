@@ -1,0 +1,129 @@
+"""The lifecycle of one ``msmon run``: its attempts, its restarts, its final status and exit code, decided here and
+nowhere else.
+
+    STARTING --begin_attempt--> TRAINING --attempt_ended--> ENDED
+                                   ^            |
+                                   |            +--(a restart is due)--> BACKING_OFF --begin_attempt--> TRAINING
+                                   |                                          |
+                                   +------------------------------------------+--backoff_interrupted--> ENDED
+
+An attempt's result (runner.results.decide over its ranks) is judged first: a stop the parent's rank watcher asked
+for makes an interrupted or completed attempt ``stopped_by_monitor``. A restart is due (``--max-restarts`` left, no
+signal received) when the attempt failed after training at least one step past where it started, or the monitor
+stopped it for a hang; never after a configuration error, a user's signal, or another detector's stop. The final
+status: a signal makes anything but a failure or a completion ``interrupted`` (a second one names itself in the
+error); the exit code is ``msmon.status.exit_code`` of it and of the signal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from msmon.errors import ExitCode
+from msmon.health.monitor import stopping_detector
+from msmon.runner.results import RunResult
+from msmon.status import RunStatus, exit_code
+
+
+class Phase(StrEnum):
+    STARTING = "starting"
+    TRAINING = "training"
+    BACKING_OFF = "backing_off"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How the run ends: its status, the one-line error (None unless it failed or was stopped) and exit code."""
+
+    status: RunStatus
+    error: str | None
+    exit_code: ExitCode
+
+
+def judge(result: RunResult, monitor_stop: str | None) -> RunResult:
+    """An attempt's result as the run sees it: ``stopped_by_monitor`` when the rank watcher stopped it."""
+    if monitor_stop is not None and result.status in (RunStatus.INTERRUPTED, RunStatus.COMPLETED):
+        return RunResult(RunStatus.STOPPED_BY_MONITOR, monitor_stop)
+    return result
+
+
+def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
+    """Why an attempt that ended with ``result`` deserves a restart, or None."""
+    if result.status is RunStatus.FAILED and progressed:
+        return f"failed: {result.error}"
+    if result.status is RunStatus.STOPPED_BY_MONITOR and stopping_detector(result.error) == "stall":
+        return f"was stopped by the monitor for a hang: {result.error}"
+    return None
+
+
+class Lifecycle:
+    """The one owner of a run's phase, restarts, signals and ending (every transition is a method)."""
+
+    def __init__(self, max_restarts: int) -> None:
+        self.max_restarts = max_restarts
+        self.phase = Phase.STARTING
+        self.restarts = 0
+        self.signals = 0
+        self.signal: int | None = None  # the first signal received
+        self.forced_by: str | None = None  # the name of a second one
+        self.result: RunResult | None = None  # the last attempt's judged result
+        self.unrestarted: str | None = None  # why a restart was due when none was left
+
+    def begin_attempt(self) -> None:
+        if self.phase not in (Phase.STARTING, Phase.BACKING_OFF):
+            raise RuntimeError(f"an attempt cannot begin while {self.phase}")
+        self.phase = Phase.TRAINING
+
+    def signalled(self, signum: int, name: str) -> int:
+        """A signal arrived; how many so far (the first stops at the next step end, the second forces)."""
+        self.signals += 1
+        if self.signals == 1:
+            self.signal = signum
+        elif self.signals == 2:
+            self.forced_by = name
+        return self.signals
+
+    def attempt_ended(self, result: RunResult, *, monitor_stop: str | None, progressed: bool) -> str | None:
+        """The attempt is over: the cause of the restart that is due (then BACKING_OFF), or None (then ENDED)."""
+        if self.phase is not Phase.TRAINING:
+            raise RuntimeError(f"no attempt is training ({self.phase})")
+        self.result = judge(result, monitor_stop)
+        cause = restart_cause(self.result, progressed=progressed)
+        if cause is not None and self.signal is None and self.restarts < self.max_restarts:
+            self.restarts += 1
+            self.phase = Phase.BACKING_OFF
+            return cause
+        if cause is not None and self.signal is None:
+            self.unrestarted = cause
+        self.phase = Phase.ENDED
+        return None
+
+    @property
+    def judged(self) -> RunResult:
+        """The last attempt's judged result (after ``attempt_ended``)."""
+        if self.result is None:
+            raise RuntimeError("no attempt has ended")
+        return self.result
+
+    def backoff_interrupted(self) -> None:
+        """A signal came during the back-off: no restart."""
+        if self.phase is not Phase.BACKING_OFF:
+            raise RuntimeError(f"not backing off ({self.phase})")
+        self.result = RunResult(RunStatus.INTERRUPTED)
+        self.phase = Phase.ENDED
+
+    def exit_code(self, status: RunStatus) -> ExitCode:
+        return exit_code(status, self.signal)
+
+    def ending(self) -> Ending:
+        """The run's final status, error and exit code (ENDED only)."""
+        if self.phase is not Phase.ENDED or self.result is None:
+            raise RuntimeError(f"the run has not ended ({self.phase})")
+        status, error = self.result.status, self.result.error
+        if self.signal is not None and status not in (RunStatus.FAILED, RunStatus.COMPLETED):
+            status, error = RunStatus.INTERRUPTED, None
+        if status is RunStatus.INTERRUPTED:
+            error = f"forced by a second {self.forced_by}" if self.forced_by is not None else None
+        return Ending(status, error, self.exit_code(status))
