@@ -107,7 +107,7 @@ def test_a_backend_the_disk_guard_stopped_leaves_the_run_as_running(tmp_path: Pa
     backend.prepare()
     backend.open()
     backend.write([{"step": 10, "time": time.time(), "loss": 6.0}])
-    backend.close("suspended")  # what BackendRunner passes when the disk guard stops a heavy backend
+    backend.close(None)  # what BackendRunner passes when the disk guard stops a heavy backend
     entry = _lineage(tmp_path)["guarded"]
     assert entry["user_defined"]["status"] == "running" and entry["metric"] == {} and entry["loss"] is None
     assert entry["learning_rate"] == 5e-3

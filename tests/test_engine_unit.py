@@ -27,6 +27,7 @@ from msmon.engine.callback import StepObserver, split_outputs
 from msmon.engine.drop_queue import DropQueue
 from msmon.engine.record import StepProgress, console_line
 from msmon.engine.session import MonitorSession
+from msmon.status import RunStatus
 
 
 @pytest.fixture(autouse=True)
@@ -471,10 +472,10 @@ def test_mlflow_close_sends_results_and_status_in_one_batch_then_ends_the_run(ba
     backend._client, backend._run_id, backend._facts = Client(), "run-1", Facts()
     if batch_fails:
         with pytest.raises(TimeoutError):
-            backend.close("completed")
+            backend.close(RunStatus.COMPLETED)
         assert calls == [("terminated", "FINISHED")]
     else:
-        backend.close("failed")
+        backend.close(RunStatus.FAILED)
         assert calls == [("batch", {"final_loss": 0.5, "steps": 20.0}, {"msmon.status": "failed"}),
                          ("terminated", "FAILED")]
 
@@ -516,7 +517,7 @@ def test_mlflow_close_costs_two_requests_to_the_server(tmp_path: Path) -> None:
         from mlflow import MlflowClient
 
         backend._client, backend._run_id = MlflowClient(tracking_uri=s.mlflow.tracking_uri), "run-1"
-        backend.close("completed")
+        backend.close(RunStatus.COMPLETED)
     finally:
         server.shutdown()
         server.server_close()

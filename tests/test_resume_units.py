@@ -251,8 +251,10 @@ def test_tensorboard_hides_what_an_earlier_attempt_wrote_after_the_resume_step(
         backend = TensorBoardBackend(tmp_path, settings(tmp_path), None)
         backend.prepare()
         backend.open()
-        backend.write([{"step": s, "time": 1000.0 + s + value, "loss": value} for s in steps])
-        backend.close("completed")
+        records = [{"step": s, "time": 1000.0 + s + value, "loss": value} for s in steps]
+        backend.write(records)
+        backend.facts.add(records)  # as the writer does after a stored write
+        backend.close(RunStatus.COMPLETED)
 
     attempt(range(10, 100, 10), 1.0)
     time.sleep(1.1)  # event files are named by the second they were opened in
@@ -291,8 +293,10 @@ def test_every_attempt_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch
         backend = MlflowBackend(tmp_path, options, config)
         backend.prepare()
         backend.open()
-        backend.write([{"step": s, "time": 1000.0 + s, "loss": 1.0} for s in steps])
-        backend.close("completed")
+        records = [{"step": s, "time": 1000.0 + s, "loss": 1.0} for s in steps]
+        backend.write(records)
+        backend.facts.add(records)  # as the writer does after a stored write
+        backend.close(RunStatus.COMPLETED)
         return backend.run_id
 
     first = attempt({"seed": 0, "resume_training": False}, range(10, 60, 10))
@@ -327,9 +331,11 @@ def test_mindinsight_shows_a_resumed_run_as_one_curve(tmp_path: Path, monkeypatc
         backend = MindInsightBackend(run_dir, settings(tmp_path, monitor_type=["mindinsight"]), {"seed": 0})
         backend.prepare()
         backend.open()
-        backend.write([{"step": s, "time": 1000.0 + s, "loss": value} for s in steps])
+        records = [{"step": s, "time": 1000.0 + s, "loss": value} for s in steps]
+        backend.write(records)
+        backend.facts.add(records)  # as the writer does after a stored write
         if close:
-            backend.close("completed")
+            backend.close(RunStatus.COMPLETED)
         else:  # a killed process: what was written is on disk, nothing more
             backend.flush()
 

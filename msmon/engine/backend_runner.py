@@ -52,7 +52,7 @@ class BackendRunner:
         self._retry_at = 0.0
         self._next_write = 0.0
         self._write_interval = backend.write_interval_s
-        self._closing: str | None = None
+        self._closing: RunStatus | None = None
         self._suspend: str | None = None
         self._dirty = False
         self._error: BaseException | None = None  # what the last failing call raised
@@ -89,7 +89,7 @@ class BackendRunner:
         self._suspend = reason
         self._queue.wake()
 
-    def close(self, status: str) -> None:
+    def close(self, status: RunStatus) -> None:
         """Ask the worker to write what is queued, flush and close (see ``join``)."""
         self._closing = status
         self._queue.wake()
@@ -147,13 +147,11 @@ class BackendRunner:
         batch = [payload for _, payload in chunk]
         self._next_write = time.monotonic() + self._write_interval
         if self._call("write", batch):
-            self.stats.written += len(batch)
-            self._dirty = True
+            self._stored(batch)
             return True
         done = getattr(self._error, "written", 0)  # a PartialWrite stored the first records
         if done:
-            self.stats.written += done
-            self._dirty = True
+            self._stored(batch[:done])
             chunk, batch = chunk[done:], batch[done:]
         if self.backend.network and self.active:
             self._queue.put_front([*chunk, *rest])  # retried after the backoff
@@ -164,6 +162,13 @@ class BackendRunner:
         else:
             self.stats.lost += sum(1 for kind, _ in rest if kind == "record")
         return False
+
+    def _stored(self, records: list[dict[str, Any]]) -> None:
+        """Records the backend stored: counted, and followed by the run's facts where it keeps them."""
+        self.stats.written += len(records)
+        self._dirty = True
+        if self.backend.keeps_run_facts:
+            self.backend.facts.add(records)
 
     def prepare(self) -> None:
         """The backend's ``prepare`` on the thread that starts the session; a failure counts as the backend's."""
@@ -220,6 +225,6 @@ class BackendRunner:
         self.stats.lost += self._queue.clear()
         if self._opened:
             self._opened = False
-            self._call("close", status)
+            self._call("close", None)  # the run goes on: the backend declares no end
         if status == "disabled":
             logger.info("msmon: backend '%s' is disabled for the rest of the run (%s)", self.backend.name, reason)

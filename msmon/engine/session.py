@@ -165,7 +165,9 @@ class MonitorSession:
 
     def close(self, status: str = RunStatus.COMPLETED, budget_cap_s: float | None = None) -> SessionSummary:
         """Flush everything, close the backends (each within its own budget, ``budget_cap_s`` shortening them)
-        and the listeners; safe to call more than once."""
+        and the listeners; safe to call more than once. ``status``: the run's final status (a RunStatus value;
+        ValueError otherwise)."""
+        status = RunStatus(status)
         with self._close_lock:
             if self._summary is not None:
                 return self._summary

@@ -16,6 +16,7 @@ from typing import Any
 
 from msmon.engine.backend_runner import BackendRunner
 from msmon.engine.drop_queue import DropQueue
+from msmon.status import RunStatus
 from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
@@ -70,7 +71,7 @@ class Writer:
         self._alerts.append(alert)
         self.queue.wake()
 
-    def close(self, status: str, budget_cap_s: float | None = None) -> list[str]:
+    def close(self, status: RunStatus, budget_cap_s: float | None = None) -> list[str]:
         """Hand everything queued to the backends, then close them all at once, each within its own budget
         (``Backend.close_budget_s``; ``budget_cap_s`` shortens every budget), while the listeners close on
         their own thread with their own budget: a slow webhook or tracking server costs the JSONL file nothing.

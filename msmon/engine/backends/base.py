@@ -1,11 +1,21 @@
-"""The small interface every backend implements; all calls happen on a writer thread."""
+"""The small interface every backend implements; all calls happen on a writer thread.
+
+The base owns what the backends that describe a run share: its facts (``facts``: the hyperparameters, read once,
+and the results of every record the writer stored, added by the writer after each write) and the mapping of msmon's
+final status to the backend's own words (``status_names``). ``close(status)`` gets the run's final ``RunStatus``,
+or None when the writer stops the backend before the run ends (the disk guard, repeated failures): then the
+backend releases what it holds and declares no end.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from msmon.config.schema import MonitorSettings
+from msmon.engine.backends.runfacts import RunFacts
+from msmon.status import RunStatus
 
 #: Record keys that are coordinates, not metric values.
 COORDINATE_KEYS: frozenset[str] = frozenset({"step", "time", "rank"})
@@ -26,12 +36,29 @@ class Backend:
     name: ClassVar[str] = ""
     network: ClassVar[bool] = False  # failures are retried with backoff instead of disabling the backend
     heavy: ClassVar[bool] = False  # stopped by the disk guard (large files)
+    keeps_run_facts: ClassVar[bool] = False  # the writer adds every stored record to ``facts``
+    #: msmon's final status -> the backend's word for it; a status not listed is ``other_status`` (else its value)
+    status_names: ClassVar[Mapping[RunStatus, str]] = {}
+    other_status: ClassVar[str | None] = None
     records_lost: int = 0  # records the backend knows it lost after writing them (the writer counts the rest)
 
     def __init__(self, run_dir: Path, settings: MonitorSettings, config: dict[str, Any] | None) -> None:
         self.run_dir = Path(run_dir)
         self.settings = settings
         self.config = config
+        self._facts: RunFacts | None = None
+
+    @property
+    def facts(self) -> RunFacts:
+        """The run's hyperparameters and results so far (made at the first use, kept across a reopen)."""
+        if self._facts is None:
+            self._facts = RunFacts(self.config, self.run_dir)
+        return self._facts
+
+    @classmethod
+    def status_name(cls, status: RunStatus) -> str:
+        """The backend's word for msmon's final ``status``."""
+        return cls.status_names.get(status, cls.other_status or status.value)
 
     @property
     def flush_interval_s(self) -> float:
@@ -65,8 +92,9 @@ class Backend:
     def flush(self) -> None:
         """Make everything written so far durable or visible."""
 
-    def close(self, status: str) -> None:
-        """Flush and release resources; ``status`` is the run's final status."""
+    def close(self, status: RunStatus | None) -> None:
+        """Flush and release resources; ``status``: the run's final status, None when the writer stops this backend
+        before the run ends (then no end is declared)."""
 
 
 def metric_items(record: dict[str, Any]) -> list[tuple[str, float]]:

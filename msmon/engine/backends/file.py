@@ -17,6 +17,7 @@ from typing import Any
 from msmon import layout
 from msmon.engine.backends.base import Backend, PartialWrite
 from msmon.engine.record import canonical_metrics, record_columns
+from msmon.status import RunStatus
 from msmon.util.files import LineFile
 
 logger = logging.getLogger("msmon")
@@ -95,7 +96,7 @@ class FileBackend(Backend):
         self._close_files()
         self.open()
 
-    def close(self, status: str) -> None:
+    def close(self, status: RunStatus | None) -> None:
         try:
             self.flush()
         finally:

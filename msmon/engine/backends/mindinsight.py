@@ -20,7 +20,6 @@ from msmon.engine.backends.lineage import (
     eval_lineage,
     train_lineage,
 )
-from msmon.engine.backends.runfacts import RunFacts
 from msmon.status import RunStatus
 
 
@@ -29,10 +28,10 @@ class MindInsightBackend(Backend):
 
     name = "mindinsight"
     heavy = True
+    keeps_run_facts = True  # the lineage's hyperparameters at the start, its results and status at the end
 
     _writer: Any = None
     _lineage: LineageFile | None = None
-    _facts: RunFacts | None = None
 
     def prepare(self) -> None:
         import mindspore.train.lineage_pb2  # noqa: F401
@@ -52,13 +51,13 @@ class MindInsightBackend(Backend):
         self._writer = SummaryWriter(str(self.run_dir / name))
 
     def _open_lineage(self, path: Any) -> None:
-        facts = RunFacts(self.config, self.run_dir)
+        facts = self.facts
         lineage = LineageFile(path)
         custom = {k: v for k, v in facts.hyperparameters.items() if k not in TRAIN_LINEAGE_FIELDS}
         lineage.write("custom_lineage_data", custom_lineage({**custom, "status": RunStatus.RUNNING.value}))
         lineage.write("train_lineage", train_lineage(facts.hyperparameters, None))
         lineage.flush()
-        self._facts, self._lineage = facts, lineage
+        self._lineage = lineage
 
     def write(self, records: list[dict[str, Any]]) -> None:
         import numpy as np
@@ -70,23 +69,21 @@ class MindInsightBackend(Backend):
                       for key, value in metric_items(record)]
             event = package_summary_event(values, int(record["step"]), float(record["time"]))
             self._writer.write("summary", event.SerializeToString())
-        if self._facts is not None:
-            self._facts.add(records)
 
     def flush(self) -> None:
         self._writer.flush()
 
-    def close(self, status: str) -> None:
-        """At the run's end (any final status) the lineage gets its results; a backend stopped by the disk guard
-        (``suspended``) or after failures (``disabled``) only closes its files."""
+    def close(self, status: RunStatus | None) -> None:
+        """At the run's end (any final status) the lineage gets its results; a backend stopped before it (the disk
+        guard, failures) only closes its files: the lineage still says ``running``."""
         lineage, self._lineage = self._lineage, None
         writer, self._writer = self._writer, None
         try:
-            if lineage is not None and self._facts is not None and RunStatus.parse(status) is not None:
-                facts = self._facts
+            if lineage is not None and status is not None:
+                facts = self.facts
                 results = facts.results(status)
                 final = results.get("final_loss")
-                lineage.write("custom_lineage_data", custom_lineage({"status": status}))
+                lineage.write("custom_lineage_data", custom_lineage({"status": self.status_name(status)}))
                 lineage.write("train_lineage", train_lineage(facts.hyperparameters, final if isinstance(
                     final, float) else None))
                 lineage.write("eval_lineage", eval_lineage(results))

@@ -11,7 +11,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.engine.backends.base import Backend, metric_items
-from msmon.engine.backends.runfacts import RunFacts, run_identity
+from msmon.engine.backends.runfacts import run_identity
 from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
 from msmon.util.attempt import current
@@ -21,8 +21,6 @@ from msmon.util.mapping import flatten
 MAX_PARAM_VALUE = 6000
 MAX_PARAMS_PER_BATCH = 100
 SECRET_WORDS = ("password", "secret", "token", "api_key", "apikey", "webhook", "credential")
-#: msmon's final status -> MLflow's; everything else (interrupted, stopped...) -> KILLED
-STATUS: dict[str, str] = {RunStatus.COMPLETED: "FINISHED", RunStatus.FAILED: "FAILED"}
 HP_PREFIX = "hp."  # the chosen hyperparameters (msmon.config.hyperparameters), beside the whole config's keys
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tag: its UI shows it as the run's git commit
 
@@ -45,13 +43,16 @@ class MlflowBackend(Backend):
 
     name = "mlflow"
     network = True
+    keeps_run_facts = True  # the hyperparameters as params at the start, the results as metrics at the end
+    #: msmon's final status -> MLflow's; everything else (interrupted, stopped by the monitor) -> KILLED
+    status_names = {RunStatus.COMPLETED: "FINISHED", RunStatus.FAILED: "FAILED"}
+    other_status = "KILLED"
 
     _client: Any = None
     _run_id: str | None = None
     _params_logged = False
     _continued = False
     _alerts = 0
-    _facts: RunFacts | None = None
 
     @property
     def close_budget_s(self) -> float:
@@ -155,8 +156,7 @@ class MlflowBackend(Backend):
         and a resumed config differs in its resume keys)."""
         from mlflow.entities import Param
 
-        self._facts = self._facts or RunFacts(self.config, self.run_dir)
-        chosen = {HP_PREFIX + name: str(value)[:MAX_PARAM_VALUE] for name, value in self._facts.hyperparameters.items()}
+        chosen = {HP_PREFIX + name: str(value)[:MAX_PARAM_VALUE] for name, value in self.facts.hyperparameters.items()}
         values = {**chosen, **param_values(self.config or {})}
         known = set(self._client.get_run(self._run_id).data.params) if self._continued else set()
         params = [Param(param_key(key), value) for key, value in values.items() if param_key(key) not in known]
@@ -174,8 +174,6 @@ class MlflowBackend(Backend):
         size = max(1, min(1000, self.settings.mlflow.batch_size))
         for start in range(0, len(metrics), size):
             self._client.log_batch(self._run_id, metrics=metrics[start : start + size])
-        if self._facts is not None:
-            self._facts.add(records)
 
     def write_alert(self, alert: dict[str, Any]) -> None:
         self._alerts += 1
@@ -183,20 +181,19 @@ class MlflowBackend(Backend):
         self._client.set_tag(self._run_id, "msmon.last_alert", text[:5000])
         self._client.set_tag(self._run_id, "msmon.alert_count", str(self._alerts))
 
-    def close(self, status: str) -> None:
+    def close(self, status: RunStatus | None) -> None:
         """One batch with the results (``final_loss``, ``best_loss``, ``steps`` at the last logged step) and the
-        status tag, then the MLflow run's end state, sent even when that batch failed (its error stands)."""
-        if self._run_id is None:
+        status tag, then the MLflow run's end state, sent even when that batch failed (its error stands). Stopped
+        before the run ended (repeated failures): nothing is sent, the MLflow run is not ended for it."""
+        if self._run_id is None or status is None:
             return
         from mlflow.entities import Metric, RunTag
 
         try:
-            metrics = []
-            if self._facts is not None:
-                results = self._facts.results(status)
-                now, step = int(time.time() * 1000), int(results["steps"])
-                metrics = [Metric(name, float(value), now, step) for name, value in results.items()
-                           if not isinstance(value, str)]
-            self._client.log_batch(self._run_id, metrics=metrics, tags=[RunTag("msmon.status", status)])
+            results = self.facts.results(status)
+            now, step = int(time.time() * 1000), int(results["steps"])
+            metrics = [Metric(name, float(value), now, step) for name, value in results.items()
+                       if not isinstance(value, str)]
+            self._client.log_batch(self._run_id, metrics=metrics, tags=[RunTag("msmon.status", status.value)])
         finally:
-            self._client.set_terminated(self._run_id, STATUS.get(status, "KILLED"))
+            self._client.set_terminated(self._run_id, self.status_name(status))

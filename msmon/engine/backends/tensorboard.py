@@ -15,7 +15,6 @@ from typing import Any
 
 from msmon.config.hyperparameters import Value
 from msmon.engine.backends.base import Backend, metric_items
-from msmon.engine.backends.runfacts import RunFacts
 from msmon.status import RunStatus
 from msmon.util.attempt import current
 
@@ -23,7 +22,7 @@ HPARAMS_PLUGIN = "hparams"
 SESSION_START_TAG = "_hparams_/session_start_info"  # the tags tensorboard.plugins.hparams.metadata reads
 SESSION_END_TAG = "_hparams_/session_end_info"
 #: msmon's final status -> the HParams session status (the plugin has no "aborted").
-SESSION_STATUS: dict[str, str] = {RunStatus.COMPLETED: "STATUS_SUCCESS", RunStatus.FAILED: "STATUS_FAILURE",
+SESSION_STATUS: dict[RunStatus, str] = {RunStatus.COMPLETED: "STATUS_SUCCESS", RunStatus.FAILED: "STATUS_FAILURE",
                   RunStatus.STOPPED_BY_MONITOR: "STATUS_FAILURE"}
 
 
@@ -49,24 +48,25 @@ def session_start(hyperparameters: dict[str, Value]) -> Any:
     return hparams_summary(SESSION_START_TAG, session_start_info=info)
 
 
-def session_end(status: str) -> Any:
+def session_end(status_name: str) -> Any:
+    """The HParams session end with the plugin's status (``STATUS_SUCCESS``, ...)."""
     from tensorboardX.proto.api_pb2 import Status
     from tensorboardX.proto.plugin_hparams_pb2 import SessionEndInfo
 
-    info = SessionEndInfo(status=Status.Value(SESSION_STATUS.get(status, "STATUS_UNKNOWN")), end_time_secs=time.time())
+    info = SessionEndInfo(status=Status.Value(status_name), end_time_secs=time.time())
     return hparams_summary(SESSION_END_TAG, session_end_info=info)
 
 
-def write_results(writer: Any, results: dict[str, Value]) -> None:
-    """The results as scalars (``final_loss``, ``best_loss``, ``steps``: HParams metrics) and the session end,
-    at the last logged step."""
+def write_results(writer: Any, results: dict[str, Value], status_name: str) -> None:
+    """The results as scalars (``final_loss``, ``best_loss``, ``steps``: HParams metrics) and the session end with
+    ``status_name``, at the last logged step."""
     from tensorboardX.proto.summary_pb2 import Summary
 
     step = int(results["steps"])
     values = [Summary.Value(tag=name, simple_value=float(value)) for name, value in results.items()
               if not isinstance(value, str)]
     writer.add_summary(Summary(value=values), step)
-    writer.add_summary(session_end(str(results["status"])), step)
+    writer.add_summary(session_end(status_name), step)
 
 
 class TensorBoardBackend(Backend):
@@ -74,9 +74,12 @@ class TensorBoardBackend(Backend):
 
     name = "tensorboard"
     heavy = True
+    keeps_run_facts = True  # the HParams session: hyperparameters at the start, results and status at the end
+    status_names = SESSION_STATUS
+    other_status = "STATUS_UNKNOWN"  # the plugin has no "aborted"
 
     _writer: Any = None
-    _facts: RunFacts | None = None
+    _started = False
 
     @property
     def flush_interval_s(self) -> float:
@@ -98,9 +101,9 @@ class TensorBoardBackend(Backend):
         attempt = current()
         if attempt is not None and attempt.resumed_from_step is not None:
             self._purge_after(attempt.resumed_from_step)
-        if self._facts is None:
-            self._facts = RunFacts(self.config, self.run_dir)
-            self._writer.add_summary(session_start(self._facts.hyperparameters), 0)
+        if not self._started:  # once per run (a reopen after a failure continues the session)
+            self._started = True
+            self._writer.add_summary(session_start(self.facts.hyperparameters), 0)
 
     def _purge_after(self, step: int) -> None:
         """A resumed run: TensorBoard hides the earlier files' events after ``step`` (what tensorboardX's
@@ -116,8 +119,6 @@ class TensorBoardBackend(Backend):
         for record in records:
             values = [Summary.Value(tag=key, simple_value=value) for key, value in metric_items(record)]
             self._writer.add_summary(Summary(value=values), int(record["step"]), record.get("time"))
-        if self._facts is not None:
-            self._facts.add(records)
 
     def write_alert(self, alert: dict[str, Any]) -> None:
         text = f"**{alert.get('severity', 'warning')}** {alert.get('detector', '')}: {alert.get('message', '')}"
@@ -131,15 +132,15 @@ class TensorBoardBackend(Backend):
     def flush(self) -> None:
         self._writer.flush()
 
-    def close(self, status: str) -> None:
+    def close(self, status: RunStatus | None) -> None:
         """At the run's end (any final status): the results as scalars at the last step, then the session end;
-        a backend stopped by the disk guard or after failures only closes its file."""
+        a backend stopped before it (the disk guard, failures) only closes its file."""
         writer, self._writer = self._writer, None
         if writer is None:
             return
         try:
-            if self._facts is not None and RunStatus.parse(status) is not None:
-                write_results(writer, self._facts.results(status))
+            if status is not None:
+                write_results(writer, self.facts.results(status), self.status_name(status))
         finally:
             writer.close()
 
