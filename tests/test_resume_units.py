@@ -4,6 +4,7 @@ reading of the recorded command. The real training is in tests/test_resume.py.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -277,6 +278,25 @@ def test_msmon_resume_reads_the_recorded_command_with_msmon_runs_own_parser() ->
         recorded_options(["msmon", "validate", "c.yaml"])
     flagged = recorded_options(["msmon", "run", "c.yaml", "--run_mode", "finetune", "--plain", "--seed=3"])
     assert flagged["overrides"] == ["--run_mode", "finetune", "--seed=3"]  # run_mindformer.py's flags, kept
+
+
+def test_msmon_resume_replays_the_request_run_json_keeps_and_reads_an_older_one_from_its_command() -> None:
+    from msmon.cli.resume import record_of_command, resumed_command
+    from msmon.runner.plan import ResumeRecord
+
+    request = RunRequest(config="c.yaml", overrides=["a.b=1", "run_mode=finetune"], worker_num=2, master_port=9000,
+                         msrun_args=["--bind_core=True"], max_restarts=3, restart_backoff_s=2.0)
+    record = request.resume_record()
+    assert ResumeRecord.from_json(json.loads(json.dumps(record.to_json()))) == record  # as run.json keeps it
+    older = record_of_command(["msmon", "run", "c.yaml", "a.b=1", "--worker-num", "2", "--master-port", "9000",
+                               "--msrun-arg=--bind_core=True", "--max-restarts", "3", "--restart-backoff", "2"])
+    assert dataclasses.replace(older, overrides=record.overrides) == record and older.overrides[0] == "a.b=1"
+    assert resumed_command(Path("/r/config.yaml"), record) == [
+        "msmon", "run", "/r/config.yaml", "a.b=1", "run_mode=finetune", "--resume", "--worker-num=2",
+        "--master-addr=127.0.0.1", "--master-port=9000", "--msrun-arg=--bind_core=True", "--max-restarts", "3",
+        "--restart-backoff", "2"]
+    with pytest.raises(MsmonError, match="request is unreadable: master_port, max_restarts"):
+        ResumeRecord.from_json({**record.to_json(), "master_port": {"x": 1}, "max_restarts": None, "bogus": 1})
 
 
 def test_every_attempt_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

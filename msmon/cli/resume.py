@@ -1,17 +1,19 @@
 """`msmon resume RUN_DIR`: continue a run from its latest complete checkpoint, as it was started.
 
-The run's own config snapshot (``config.yaml``) with the overrides and launch options of the ``msmon run`` command
-that run.json records (parsed by that command's own parser), in the working directory it ran in; the run's
+The run's own config snapshot (``config.yaml``) with the overrides, launch layout and restart policy run.json keeps
+(``request``; a run.json of an older msmon: its ``msmon run`` command line, parsed by that command's own parser), in
+the working directory it ran in; the run's
 directory is named by overrides (``save_dir``, ``project_name``, ``run_name``), so a generated run_name
 (``auto``, ``${now:...}``) still finds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,8 +21,11 @@ from msmon.cli.common import handle_errors
 from msmon.cli.complete import run_dirs
 from msmon.errors import MsmonError
 
-#: The options of `msmon run` a resume takes over from the recorded command (the launch layout).
-LAUNCH_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port", "node_rank", "msrun_arg")
+#: The options of `msmon run` a resume takes over from the recorded command line (a run.json without ``request``).
+LAUNCH_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port", "node_rank")
+
+if TYPE_CHECKING:
+    from msmon.runner.plan import ResumeRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -34,9 +39,6 @@ def recorded_options(command: list[str]) -> dict[str, Any]:
     if command[1:2] != ["run"] or len(command) < 3:
         raise MsmonError(f"run.json's command is not an `msmon run` command: {' '.join(command) or 'none'}",
                          "resume it with msmon run CONFIG --resume")
-    if "--" in command:
-        raise MsmonError("this run monitored its own launch (msmon run CONFIG -- COMMAND): msmon resume replays "
-                         "msmon's launch only", "run the same command again with --resume before the `--`")
     probe = typer.Typer()
     probe.command(context_settings=WITH_LAUNCH_FLAGS)(run)
     parser = typer.main.get_command(probe)
@@ -44,14 +46,33 @@ def recorded_options(command: list[str]) -> dict[str, Any]:
         return dict(context.params)
 
 
-def _flags(options: dict[str, Any]) -> list[str]:
-    """The launch options as command-line flags (for the run.json command of the resumed run)."""
-    flags = []
-    for name in LAUNCH_OPTIONS:
-        value = options.get(name)
-        for item in value if isinstance(value, list | tuple) else [] if value is None else [value]:
-            flags.append(f"--{name.replace('_', '-')}={item}")
-    return flags
+def record_of_command(command: list[str]) -> ResumeRecord:
+    """The request of a run.json written before msmon kept it (``request``): parsed from its command line."""
+    from msmon.config.launch_flags import parse_launch_flags
+    from msmon.runner.plan import ResumeRecord
+
+    options = recorded_options(command)
+    plain, flags = parse_launch_flags(options.get("overrides") or [])  # run_mindformer.py's flags as overrides
+    return ResumeRecord(
+        (*plain, *flags.overrides), **{name: options[name] for name in LAUNCH_OPTIONS
+                                              if options.get(name) is not None},
+        msrun_args=tuple(options.get("msrun_arg") or ()), max_restarts=int(options.get("max_restarts") or 0),
+        restart_backoff_s=float(options.get("restart_backoff") or 10.0),
+    )
+
+
+def record_fields(record: ResumeRecord) -> dict[str, Any]:
+    """A record as the keyword arguments of a RunRequest."""
+    return {**dataclasses.asdict(record), "overrides": list(record.overrides), "msrun_args": list(record.msrun_args)}
+
+
+def resumed_command(snapshot: Path, record: ResumeRecord) -> list[str]:
+    """The `msmon run` command line the resumed run amounts to (run.json's ``command``)."""
+    flags = [f"--{name.replace('_', '-')}={value}" for name in LAUNCH_OPTIONS
+             if (value := getattr(record, name)) is not None]
+    flags += [f"--msrun-arg={arg}" for arg in record.msrun_args]
+    return ["msmon", "run", str(snapshot), *record.overrides, "--resume", *flags,
+            "--max-restarts", str(record.max_restarts), "--restart-backoff", f"{record.restart_backoff_s:g}"]
 
 
 @handle_errors
@@ -74,9 +95,8 @@ def resume(
     exit codes as `msmon run` (1: nothing to resume, or the checkpoint does not fit)."""
     from msmon import layout
     from msmon.cli.run import launch
-    from msmon.config.launch_flags import parse_launch_flags
     from msmon.config.loader import override_value
-    from msmon.runner.plan import RunRequest
+    from msmon.runner.plan import ResumeRecord, RunRequest
     from msmon.runner.resume import recorded_info
 
     path = Path(run_dir).absolute()
@@ -85,25 +105,24 @@ def resume(
     if info is None or not snapshot.is_file():
         missing = layout.RUN_JSON if info is None else layout.CONFIG_SNAPSHOT
         raise MsmonError(f"{path}: no {missing}: not a run directory of msmon run", "pass a run directory")
-    options = recorded_options([str(part) for part in info.get("command") or []])
+    if info.get("launch") == "command" or "--" in (info.get("command") or []):
+        raise MsmonError("this run monitored its own launch (msmon run CONFIG -- COMMAND): msmon resume replays "
+                         "msmon's launch only", "run the same command again with --resume before the `--`")
+    stored = info.get("request")
+    record = ResumeRecord.from_json(stored) if isinstance(stored, dict) else record_of_command(
+        [str(part) for part in info.get("command") or []])
     here = {"monitor_config.save_dir": path.parent.parent, "monitor_config.project_name": path.parent.name,
             "monitor_config.run_name": path.name}
-    recorded, flags = parse_launch_flags(options.get("overrides") or [])  # run_mindformer.py's flags as overrides
-    kept = [item for item in [*recorded, *flags.overrides] if item.split("=", 1)[0] not in here]
+    kept = [item for item in record.overrides if item.split("=", 1)[0] not in here]
     overrides = [*kept, *(f"{key}={override_value(str(value))}" for key, value in here.items())]
     recorded_cwd = Path(str(info.get("cwd") or ""))
     if info.get("cwd") and recorded_cwd.is_dir():
         os.chdir(recorded_cwd)  # the config's relative paths (datasets) mean what they meant
-    restarts = max_restarts if max_restarts is not None else int(options.get("max_restarts") or 0)
-    backoff = restart_backoff if restart_backoff is not None else float(options.get("restart_backoff") or 10.0)
-    launch_options = {name: options.get(name) for name in LAUNCH_OPTIONS}
-    msrun_args = list(launch_options.pop("msrun_arg") or [])
-    recorded_flags = _flags({**launch_options, "msrun_arg": msrun_args})
-    command = ["msmon", "run", str(snapshot), *overrides, "--resume", *recorded_flags,
-               "--max-restarts", str(restarts), "--restart-backoff", f"{backoff:g}"]
-    request = RunRequest(config=str(snapshot), overrides=overrides, board=board, port=port, keep_board=keep_board,
-                         resume=True, max_restarts=restarts, restart_backoff_s=backoff, command=command,
-                         msrun_args=msrun_args,
-                         **{k: v for k, v in launch_options.items() if v is not None})
+    record = dataclasses.replace(
+        record, overrides=tuple(overrides),
+        max_restarts=max_restarts if max_restarts is not None else record.max_restarts,
+        restart_backoff_s=restart_backoff if restart_backoff is not None else record.restart_backoff_s)
+    request = RunRequest(config=str(snapshot), board=board, port=port, keep_board=keep_board, resume=True,
+                         command=resumed_command(snapshot, record), **record_fields(record))
     print(f"msmon: resuming {path}", file=sys.stderr, flush=True)
     launch(request, dry_run=dry_run, plain=plain, framework_logs=framework_logs, report=report)

@@ -24,6 +24,50 @@ from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
 
 
+@dataclass(frozen=True)
+class ResumeRecord:
+    """What ``msmon resume`` replays of a run's request (run.json's ``request``): its overrides (run_mindformer.py's
+    flags already turned into them), its launch layout and its restart policy."""
+
+    overrides: tuple[str, ...] = ()
+    worker_num: int | None = None
+    local_worker_num: int | None = None
+    master_addr: str = "127.0.0.1"
+    master_port: int = 8118
+    node_rank: int | None = None
+    msrun_args: tuple[str, ...] = ()
+    max_restarts: int = 0
+    restart_backoff_s: float = 10.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "overrides": list(self.overrides), "msrun_args": list(self.msrun_args)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResumeRecord:
+        """run.json's ``request``; MsmonError when it is not one this msmon wrote."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        record = cls(**{key: value for key, value in data.items() if key in known})
+        wrong = [name for name, kind, optional in _RECORD_TYPES
+                 if not (getattr(record, name) is None and optional or _is(getattr(record, name), kind))]
+        if wrong:
+            raise MsmonError(f"run.json's request is unreadable: {', '.join(wrong)}",
+                             "resume it with msmon run CONFIG --resume")
+        return dataclasses.replace(record, overrides=tuple(map(str, record.overrides)),
+                                   msrun_args=tuple(map(str, record.msrun_args)))
+
+
+#: (field, type, may be None) of a ResumeRecord read back from run.json.
+_RECORD_TYPES: tuple[tuple[str, Any, bool], ...] = (
+    ("overrides", list | tuple, False), ("worker_num", int, True), ("local_worker_num", int, True),
+    ("master_addr", str, False), ("master_port", int, False), ("node_rank", int, True),
+    ("msrun_args", list | tuple, False), ("max_restarts", int, False), ("restart_backoff_s", int | float, False),
+)
+
+
+def _is(value: Any, kind: Any) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
 @dataclass
 class RunRequest:
     """What the user asked ``msmon run`` for."""
@@ -44,6 +88,12 @@ class RunRequest:
     max_restarts: int = 0
     restart_backoff_s: float = 10.0
     command: list[str] = field(default_factory=lambda: list(sys.argv))
+
+    def resume_record(self) -> ResumeRecord:
+        """What a later ``msmon resume`` of this run replays (kept in run.json)."""
+        return ResumeRecord(tuple(self.overrides), self.worker_num, self.local_worker_num, self.master_addr,
+                            self.master_port, self.node_rank, tuple(self.msrun_args), self.max_restarts,
+                            self.restart_backoff_s)
 
     @property
     def joins_run(self) -> bool:

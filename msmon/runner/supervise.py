@@ -96,6 +96,7 @@ class Run:
             pid=os.getpid(),
         )
         self.info["launch"] = "command" if plan.request.launch else "msmon"  # command: msmon run CONFIG -- COMMAND
+        self.info["request"] = plan.request.resume_record().to_json()  # what msmon resume replays
         self.attempts.open(self.info, previous)
         runinfo.write_run_info(run_dir, self.info, plan.request.run_json)
         logger.info("msmon: run %s started in %s", plan.settings.run_name, run_dir)
