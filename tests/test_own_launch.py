@@ -121,10 +121,14 @@ def test_a_command_that_trains_no_trainer_fails_with_one_line_and_a_final_run_js
     assert processes_of(run_dir) == []
 
 
-def test_nothing_after_the_separator_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("args", "says"), [
+    (["--"], "nothing after `--`"),
+    (["--worker-num", "2", "--", sys.executable, "x.py"], "--worker-num and --msrun-arg describe msmon's own launch"),
+])
+def test_usage_errors_of_the_separator(tmp_path: Path, args: list[str], says: str) -> None:
     config = write_quickstart_config(tmp_path, steps=10, run_name="empty")
-    run = Launched.start(tmp_path, "run", str(config), "--", env=msmon_env(tmp_path), cwd=tmp_path)
-    assert run.finish() == 2 and "nothing after `--`" in run.stderr
+    run = Launched.start(tmp_path, "run", str(config), *args, env=msmon_env(tmp_path), cwd=tmp_path)
+    assert run.finish() == 2 and says in run.stderr
     assert not (tmp_path / "monitor_logs").exists()
 
 
