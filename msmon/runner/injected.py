@@ -118,7 +118,7 @@ class _Rank:
         from msmon.runner.worker import Worker
 
         self.training = True
-        self.worker = Worker(self.spec)
+        self.worker = Worker(self.spec, own_process=False)
         try:
             self.worker.begin()
             logger.info(ACTIVE_LINE)

@@ -43,8 +43,10 @@ logger = logging.getLogger("msmon")
 class Worker:
     """One training process: session, health, live view, the Trainer, and its result file."""
 
-    def __init__(self, spec: RankSpec) -> None:
+    def __init__(self, spec: RankSpec, *, own_process: bool = True) -> None:
         self.spec = spec
+        # False in a user's process (msmon run CONFIG -- COMMAND): its children are its own, never reaped here
+        self.own_process = own_process
         # a launch msmon did not write (msmon run CONFIG -- COMMAND) may start ranks msmon could not count
         self.world_size = spec.world_size if spec.world_size > 1 else int(os.environ.get("MS_WORKER_NUM") or 1)
         # msrun exports RANK_ID; a single process is rank 0 whatever the environment says
@@ -220,7 +222,7 @@ class Worker:
             self._written = True
         finally:
             self._finishing.release()
-        if not forced:
+        if not forced and self.own_process:
             reap_children(CHILD_GRACE_S)
 
     def _write_result(self, result: RankResult) -> None:
