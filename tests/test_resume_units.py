@@ -35,7 +35,7 @@ from msmon.runner.restarts import RestartPolicy
 from msmon.runner.results import RunResult
 from msmon.runner.supervise import Run
 from msmon.status import RunStatus
-from msmon.util.attempt import ENV, Attempt
+from msmon.util.attempt import Attempt
 
 
 @pytest.mark.parametrize("fmt", ["ckpt", "safetensors"])
@@ -248,8 +248,11 @@ def test_tensorboard_hides_what_an_earlier_attempt_wrote_after_the_resume_step(
 
     from msmon.engine.backends.tensorboard import TensorBoardBackend
 
+    resumed: list[Attempt] = []
+
     def attempt(steps: range, value: float) -> None:
         backend = TensorBoardBackend(tmp_path, settings(tmp_path), None)
+        backend.attempt = resumed[-1] if resumed else None  # as the session hands it over
         backend.prepare()
         backend.open()
         records = [{"step": s, "time": 1000.0 + s + value, "loss": value} for s in steps]
@@ -259,7 +262,7 @@ def test_tensorboard_hides_what_an_earlier_attempt_wrote_after_the_resume_step(
 
     attempt(range(10, 100, 10), 1.0)
     time.sleep(1.1)  # event files are named by the second they were opened in
-    monkeypatch.setenv(ENV, Attempt(2, 50).env()[ENV])
+    resumed.append(Attempt(2, 50))
     attempt(range(60, 130, 10), 2.0)
     board = EventAccumulator(str(tmp_path))
     board.Reload()
@@ -309,8 +312,11 @@ def test_every_attempt_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     options = settings(tmp_path, monitor_type=["mlflow"], mlflow=MlflowOptions(tracking_uri=uri))
 
+    resumed: list[Attempt] = []
+
     def attempt(config: dict[str, Any], steps: range) -> str | None:
         backend = MlflowBackend(tmp_path, options, config)
+        backend.attempt = resumed[-1] if resumed else None  # as the session hands it over
         backend.prepare()
         backend.open()
         records = [{"step": s, "time": 1000.0 + s, "loss": 1.0} for s in steps]
@@ -322,9 +328,9 @@ def test_every_attempt_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch
     first = attempt({"seed": 0, "resume_training": False}, range(10, 60, 10))
     kept = [{"step": s, "time": 1000.0 + s, "loss": 0.5} for s in range(10, 40, 10)]  # the run's metrics.jsonl
     (tmp_path / layout.METRICS).write_text("".join(json.dumps(r) + "\n" for r in kept))
-    monkeypatch.setenv(ENV, Attempt(2, 30).env()[ENV])
-    resumed = {"seed": 0, "resume_training": "llama_rank_0-1_30.ckpt", "load_checkpoint": "/c"}
-    second = attempt(resumed, range(40, 90, 10))
+    resumed.append(Attempt(2, 30))
+    second = attempt({"seed": 0, "resume_training": "llama_rank_0-1_30.ckpt", "load_checkpoint": "/c"},
+                     range(40, 90, 10))
     assert first is not None and second == first
     run = MlflowClient(tracking_uri=uri).get_run(first)
     assert run.info.status == "FINISHED" and run.data.tags["msmon.attempt"] == "2"
@@ -347,8 +353,11 @@ def test_mindinsight_shows_a_resumed_run_as_one_curve(tmp_path: Path, monkeypatc
 
     run_dir = tmp_path / "p" / "r"
 
+    resumed: list[Attempt] = []
+
     def attempt(steps: range, value: float, close: bool) -> None:
         backend = MindInsightBackend(run_dir, settings(tmp_path, monitor_type=["mindinsight"]), {"seed": 0})
+        backend.attempt = resumed[-1] if resumed else None  # as the session hands it over
         backend.prepare()
         backend.open()
         records = [{"step": s, "time": 1000.0 + s, "loss": value} for s in steps]
@@ -363,7 +372,7 @@ def test_mindinsight_shows_a_resumed_run_as_one_curve(tmp_path: Path, monkeypatc
     kept = [{"step": s, "time": 1000.0 + s, "loss": 1.0} for s in range(10, 60, 10)]  # the run's metrics.jsonl
     (run_dir / layout.METRICS).write_text("".join(json.dumps(r) + "\n" for r in kept))
     time.sleep(1.1)  # summary files are named by the second they were opened in
-    monkeypatch.setenv(ENV, Attempt(2, 50).env()[ENV])
+    resumed.append(Attempt(2, 50))
     attempt(range(60, 130, 10), 2.0, close=True)
     assert len([p for p in run_dir.glob("*.summary.*") if not p.name.endswith("_lineage")]) == 2
     server = MindInsightServer(tmp_path / "p")

@@ -22,6 +22,7 @@ from msmon.engine.record import StepProgress, canonical_metrics, console_line
 from msmon.engine.writer import Writer
 from msmon.errors import describe
 from msmon.status import RunStatus
+from msmon.util.attempt import Attempt
 
 logger = logging.getLogger("msmon")
 
@@ -63,8 +64,10 @@ class MonitorSession:
         world_size: int = 1,
         writer_rank: int = 0,
         listeners: Iterable[Any] = (),
+        attempt: Attempt | None = None,
     ) -> None:
         self.settings = settings
+        self.attempt = attempt  # the run's attempt (msmon run's spec); None: the first, from the start
         self.rank = rank
         self.world_size = world_size
         self.config = config
@@ -97,7 +100,9 @@ class MonitorSession:
         backends = []
         for name in dict.fromkeys(self.settings.monitor_type):
             try:
-                backends.append(backend_class(name)(self.run_dir, self.settings, dict(self.config or {})))
+                backend = backend_class(name)(self.run_dir, self.settings, dict(self.config or {}))
+                backend.attempt = self.attempt
+                backends.append(backend)
             except Exception as exc:  # a monitor never breaks training
                 logger.warning("msmon: backend '%s' is not used: %s", name, describe(exc))
         return backends

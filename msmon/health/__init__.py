@@ -14,7 +14,6 @@ from msmon import layout
 from msmon.health.monitor import HealthMonitor, Sink
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
 from msmon.health.watchdog import Watchdog
-from msmon.util.attempt import current
 
 __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 
@@ -85,7 +84,7 @@ def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
                             request_stop=getattr(session, "request_stop", None),
                             context=recorder.dump if recorder is not None else None, stall=watchdog)
-    attempt = current()
+    attempt = getattr(session, "attempt", None)  # a resumed attempt: the detectors start warm
     if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
         from msmon.health.replay import history
 

@@ -76,7 +76,6 @@ class TrainingProcess:
         # MS_DEV_SAVE_GRAPHS_PATH, both relative to the working directory by default: the run directory instead
         env.setdefault("MS_OM_PATH", str(self.run_dir / layout.LOGS))
         env.setdefault("MS_DEV_SAVE_GRAPHS_PATH", str(self.run_dir / layout.GRAPHS))
-        env.update(self.spec.attempt.env())  # read by the backends and the health detectors
         return env
 
     def run(self, on_poll: Callable[[], None] = lambda: None) -> results.RunResult:

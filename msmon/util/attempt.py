@@ -1,18 +1,14 @@
 """Which attempt of a run a training process is, and the step it resumed from.
 
-``msmon run`` starts each attempt of a run (the first, a ``--resume``, an automatic restart) with ``MSMON_ATTEMPT``
-in the training process's environment, which msrun passes on to every rank: the backends continue their files and
-runs from that step (TensorBoard purges what comes after it) and the health detectors start warm.
+``msmon run`` starts each attempt of a run (the first, a ``--resume``, an automatic restart) with the attempt in the
+rank's spec (msmon.runner.protocol.RankSpec); the rank hands it to its session, which hands it to the backends (they
+continue their files and runs from that step; TensorBoard purges what comes after it) and to the health detectors
+(they start warm).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-
-ENV = "MSMON_ATTEMPT"
 
 
 @dataclass(frozen=True)
@@ -21,20 +17,3 @@ class Attempt:
 
     number: int
     resumed_from_step: int | None = None
-
-    def env(self) -> dict[str, str]:
-        """The environment that tells a training process about this attempt."""
-        return {ENV: json.dumps({"attempt": self.number, "resumed_from_step": self.resumed_from_step})}
-
-
-def current(environ: Mapping[str, str] | None = None) -> Attempt | None:
-    """The attempt this process belongs to (None outside ``msmon run``, or when the value is unreadable)."""
-    raw = (os.environ if environ is None else environ).get(ENV)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-        step = data.get("resumed_from_step")
-        return Attempt(int(data["attempt"]), int(step) if step is not None else None)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None

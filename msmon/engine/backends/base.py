@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backends.runfacts import RunFacts
 from msmon.status import RunStatus
+from msmon.util.attempt import Attempt
 
 #: Record keys that are coordinates, not metric values.
 COORDINATE_KEYS: frozenset[str] = frozenset({"step", "time", "rank"})
@@ -41,6 +42,7 @@ class Backend:
     status_names: ClassVar[Mapping[RunStatus, str]] = {}
     other_status: ClassVar[str | None] = None
     records_lost: int = 0  # records the backend knows it lost after writing them (the writer counts the rest)
+    attempt: Attempt | None = None  # the run's attempt, set by the session before ``open`` (None: the first)
 
     def __init__(self, run_dir: Path, settings: MonitorSettings, config: dict[str, Any] | None) -> None:
         self.run_dir = Path(run_dir)
@@ -52,7 +54,7 @@ class Backend:
     def facts(self) -> RunFacts:
         """The run's hyperparameters and results so far (made at the first use, kept across a reopen)."""
         if self._facts is None:
-            self._facts = RunFacts(self.config, self.run_dir)
+            self._facts = RunFacts(self.config, self.run_dir, self.attempt)
         return self._facts
 
     @classmethod

@@ -14,7 +14,6 @@ from msmon.engine.backends.base import Backend, metric_items
 from msmon.engine.backends.runfacts import run_identity
 from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
-from msmon.util.attempt import current
 from msmon.util.jsonfiles import read_json_object
 from msmon.util.mapping import flatten
 
@@ -132,7 +131,7 @@ class MlflowBackend(Backend):
                 raise
             return None  # deleted on the server: a new run
         self._client.set_tag(run_id, "msmon.status", RunStatus.RUNNING.value)
-        attempt = current()
+        attempt = self.attempt
         if attempt is not None:
             self._client.set_tag(run_id, "msmon.attempt", str(attempt.number))
             self._client.set_tag(run_id, "msmon.resumed_from_step", str(attempt.resumed_from_step))

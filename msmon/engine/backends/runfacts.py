@@ -10,7 +10,7 @@ from typing import Any
 from msmon import layout
 from msmon.compat import package_version
 from msmon.config.hyperparameters import RunResults, Value, hyperparameters
-from msmon.util.attempt import current
+from msmon.util.attempt import Attempt
 from msmon.util.git import git_commit
 from msmon.util.jsonfiles import read_jsonl
 
@@ -20,10 +20,9 @@ VERSION_TAGS: dict[str, str] = {
 }
 
 
-def kept_records(run_dir: Path) -> list[dict[str, Any]]:
+def kept_records(run_dir: Path, attempt: Attempt | None) -> list[dict[str, Any]]:
     """In a resumed attempt (a resume, a restart): what the run's earlier attempts logged up to the resume step
     (``metrics.jsonl`` in ``run_dir``); otherwise, or when it cannot be read, nothing."""
-    attempt = current()
     if attempt is None or not attempt.resumed_from_step:
         return []
     try:
@@ -37,9 +36,10 @@ class RunFacts:
     """The hyperparameters of ``config`` (read once), and the results of the records written so far (in a resumed
     attempt, also those the run kept from its earlier attempts in ``run_dir``)."""
 
-    def __init__(self, config: Mapping[str, Any] | None, run_dir: Path | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any] | None, run_dir: Path | None = None,
+                 attempt: Attempt | None = None) -> None:
         self.hyperparameters: dict[str, Value] = hyperparameters(config)
-        self._results = RunResults().add(kept_records(run_dir) if run_dir is not None else [])
+        self._results = RunResults().add(kept_records(run_dir, attempt) if run_dir is not None else [])
 
     def add(self, records: list[dict[str, Any]]) -> None:
         """Follow the records a backend writes (final and best loss, last logged step)."""

@@ -16,7 +16,6 @@ from typing import Any
 from msmon.config.hyperparameters import Value
 from msmon.engine.backends.base import Backend, metric_items
 from msmon.status import RunStatus
-from msmon.util.attempt import current
 
 HPARAMS_PLUGIN = "hparams"
 SESSION_START_TAG = "_hparams_/session_start_info"  # the tags tensorboard.plugins.hparams.metadata reads
@@ -98,7 +97,7 @@ class TensorBoardBackend(Backend):
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._writer = FileWriter(str(self.run_dir), flush_secs=max(1, int(self.flush_interval_s)))
-        attempt = current()
+        attempt = self.attempt
         if attempt is not None and attempt.resumed_from_step is not None:
             self._purge_after(attempt.resumed_from_step)
         if not self._started:  # once per run (a reopen after a failure continues the session)
