@@ -137,6 +137,13 @@ def test_rank_results_decide_the_run_status(tmp_path: Path, rows: list[dict], co
         assert result.error is None or "without a result of rank 1" in result.error
 
 
+def test_a_users_launch_that_trained_nothing_fails_unless_it_was_stopped(tmp_path: Path) -> None:
+    kwargs = {"returncode": 0, "ranks_here": [], "distributed": False, "where": tmp_path, "untrained": "python"}
+    failed = results.decide({}, stop_requested=False, **kwargs)
+    assert failed.status is RunStatus.FAILED and failed.error.startswith("python exited with code 0 and no process")
+    assert results.decide({}, stop_requested=True, **kwargs).status is RunStatus.INTERRUPTED
+
+
 def test_totals_add_up_over_ranks(tmp_path: Path) -> None:
     _results(tmp_path, {"rank": 0, "status": "completed", "last_step": 40, "dropped_records": 2, "alert_count": 1},
              {"rank": 1, "status": "completed", "last_step": 40, "dropped_records": 0, "alert_count": 0,

@@ -30,12 +30,12 @@ def check_command(argv: list[str]) -> None:
         raise MsmonError("nothing after `--`: no command to monitor", "e.g. msmon run CONFIG -- python train.py "
                          "--config CONFIG")
     program = argv[0]
-    found = shutil.which(program) if os.sep not in program else (program if os.path.exists(program) else None)
-    if found is None:
-        raise MsmonError(f"command not found: {program}", "give the program's path, or a name on PATH")
-    if os.path.isdir(found) or not os.access(found, os.X_OK):
-        raise MsmonError(f"command not executable: {found}", f"chmod +x {found}, or start it with its interpreter "
-                         f"(bash {program} ...)")
+    if shutil.which(program) is not None:
+        return
+    if os.sep in program and os.path.isfile(program):
+        raise MsmonError(f"command not executable: {program}", f"chmod +x {program}, or start it with its "
+                         f"interpreter (bash {program} ...)")
+    raise MsmonError(f"command not found: {program}", "give the program's path, or a name on PATH")
 
 
 def with_mindformers_yaml(argv: list[str], config: str, replacement: Path) -> list[str]:

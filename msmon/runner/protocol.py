@@ -77,9 +77,7 @@ class RankSpec:
         try:
             data = json.loads(raw)
             settings, problems = build(MonitorSettings, data["settings"], "monitor_config")
-            if problems:
-                raise SpecError(f"{SPEC_ENV}: {problems[0].path}: {problems[0].message}")
-            return cls(
+            spec = cls(
                 run_dir=Path(data["run_dir"]), settings=settings, attempt=Attempt(**data["attempt"]),
                 world_size=int(data["world_size"]), writer_rank=int(data["writer_rank"]),
                 node_rank=None if data["node_rank"] is None else int(data["node_rank"]),
@@ -87,9 +85,10 @@ class RankSpec:
                 config_path=None if data["config_path"] is None else Path(data["config_path"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            if isinstance(exc, SpecError):
-                raise
             raise SpecError(f"{SPEC_ENV} is not a spec of this msmon ({type(exc).__name__}: {exc})") from exc
+        if problems:
+            raise SpecError(f"{SPEC_ENV}: {problems[0].path}: {problems[0].message}")
+        return spec
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,14 @@ class RunResult:
 
 def decide(
     results: dict[int, RankResult], *, returncode: int | None, ranks_here: list[int], distributed: bool,
-    stop_requested: bool, where: Path,
+    stop_requested: bool, where: Path, untrained: str | None = None,
 ) -> RunResult:
-    """The run's status: a failed rank wins, then a monitor stop, then an interruption; a missing result of a rank
-    of this machine (``ranks_here``), or a single training process that ended badly, is a failure naming ``where``
-    to look. With ranks, their results decide, not msrun's exit code: on a machine that also starts a scheduler
-    msrun can exit 1 after every rank completed (two nodes on one host: the second scheduler cannot bind)."""
+    """The run's status: a failed rank wins, then a monitor stop, then an interruption; a user's launch
+    (``untrained``: its program) none of whose processes trained a Trainer, a missing result of a rank of this
+    machine (``ranks_here``), or a single training process that ended badly, is a failure naming what happened
+    (``where``: the log to look at). With ranks, their results decide, not msrun's exit code: on a machine that
+    also starts a scheduler msrun can exit 1 after every rank completed (two nodes on one host: the second
+    scheduler cannot bind)."""
     failed = [r for r in results.values() if r.status is RunStatus.FAILED]
     if failed:
         first = min(failed, key=lambda r: r.rank)
@@ -37,6 +39,9 @@ def decide(
         return RunResult(RunStatus.STOPPED_BY_MONITOR, stopped[0].error)
     if stop_requested or any(r.status is RunStatus.INTERRUPTED for r in results.values()):
         return RunResult(RunStatus.INTERRUPTED)
+    if untrained is not None and not results:
+        return RunResult(RunStatus.FAILED, f"{untrained} exited with code {returncode} and no process it started "
+                                           "trained a mindformers Trainer (msmon monitors the processes that do)")
     missing = [rank for rank in ranks_here if rank not in results]
     if missing or (returncode != 0 and not distributed):
         of = f" of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if distributed else ""

@@ -94,17 +94,13 @@ class TrainingProcess:
         finally:
             self._kill_leftovers()
         where = rank_logs(self.run_dir, self.flags.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
-        found = read_results(self.run_dir)
-        code = self.process.returncode
-        if self.command and not found and not read_heartbeats(self.run_dir):
-            ended = "was stopped" if self.stop_requested_at is not None else f"exited with code {code}"
-            return results.RunResult(RunStatus.INTERRUPTED if self.stop_requested_at is not None else RunStatus.FAILED,
-                                     None if self.stop_requested_at is not None else
-                                     f"{argv[0]} {ended} and no process it started trained a mindformers Trainer "
-                                     "(msmon monitors the processes that do)")
-        here = self.ranks_here if not self.command or self.flags.worker_num else sorted(read_heartbeats(self.run_dir))
-        return results.decide(found, returncode=code, ranks_here=here, distributed=self.distributed,
-                              stop_requested=self.stop_requested_at is not None, where=where)
+        reported = read_heartbeats(self.run_dir) if self.command else {}  # the ranks of a user's launch
+        here = sorted(reported) if self.command and not self.flags.worker_num else self.ranks_here
+        return results.decide(
+            read_results(self.run_dir), returncode=self.process.returncode, ranks_here=here,
+            distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
+            untrained=argv[0] if self.command and not reported else None,
+        )
 
     def _wait(self, on_poll: Callable[[], None]) -> None:
         while self.process is not None and self.process.poll() is None:

@@ -14,11 +14,13 @@ import sys
 def _arm() -> None:
     if not os.environ.get("MSMON_WORKER_SPEC") or os.environ.get("MS_ROLE") == "MS_SCHED":
         return
-    try:
-        from msmon.runner.injected import install
-    except ImportError as exc:  # another interpreter than msmon's: say it, never break the user's program
-        sys.stderr.write(f"msmon: {sys.executable} cannot import msmon ({exc}): this process is not monitored\n")
+    import importlib.util
+
+    if importlib.util.find_spec("msmon") is None:  # another interpreter than msmon's: say it, break nothing
+        sys.stderr.write(f"msmon: {sys.executable} has no msmon installed: this process is not monitored\n")
         return
+    from msmon.runner.injected import install  # msmon's own breakage is not hidden: Python reports it
+
     install()
 
 
