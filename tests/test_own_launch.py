@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from canonical import STALL
+from canonical import QUICKSTARTS, STALL
 from engine_support import summary_scalars
 from helpers_ranks import DATA_PARALLEL, RankRun, processes_of
 from helpers_training import parse_step_lines, write_quickstart_config
@@ -88,6 +88,22 @@ def test_a_script_that_loads_the_config_by_another_name_gets_it_without_msmon_ke
     run_dir = tmp_path / "monitor_logs" / "quickstart" / "copy"
     assert [r["step"] for r in records(run_dir)] == [5, 10]
     assert copy.read_text() == before
+
+
+@pytest.mark.training
+def test_the_mcore_quickstart_under_a_users_script_records_mindformers_printed_loss(tmp_path: Path) -> None:
+    """The mcore (Qwen3) path: the hook puts msmon's CPU stand-ins in place before the user's Trainer builds its
+    network, as the native form does; msmon's loss is the loss mindformers printed."""
+    config = write_quickstart_config(tmp_path, steps=20, run_name="mcore", log_interval=5, monitor_type=["file"],
+                                     source=QUICKSTARTS["mcore"])
+    run = Launched.start(tmp_path, "run", str(config), "--plain", "--", sys.executable, str(SCRIPT), "--config",
+                         str(config), env=msmon_env(tmp_path), cwd=tmp_path)
+    assert run.finish() == 0, run.stderr[-3000:]
+    rows = records(tmp_path / "monitor_logs" / "quickstart_qwen3" / "mcore")
+    printed = parse_step_lines((tmp_path / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace"))
+    assert [r["step"] for r in rows] == [5, 10, 15, 20]
+    for row in rows:
+        assert row["loss"] == pytest.approx(printed[row["step"]]["loss"], abs=1e-5)
 
 
 @pytest.mark.parametrize(("command", "says"), [

@@ -123,9 +123,9 @@ class _Rank:
             self.worker.begin()
             logger.info(ACTIVE_LINE)
             callbacks = self.worker.monitor()
-            from msmon.runner.trainer import ensure_generated_data
+            from msmon.runner.trainer import prepare_training
 
-            ensure_generated_data(self.worker.training)  # msmon's quickstart datasets, as the native form does
+            prepare_training(self.worker.training)  # as the native form does: datasets, mcore pieces, CPU barrier
             trainer.callbacks = [*(trainer.callbacks or []), *callbacks]
             result = train(trainer, *args, **kwargs)
         except BaseException as exc:

@@ -64,6 +64,14 @@ def prepare_mcore(training_config: Mapping[str, Any]) -> None:
     apply_if_needed(training_config)
 
 
+def prepare_training(training_config: Mapping[str, Any]) -> None:
+    """What msmon does before any Trainer trains (the native form, and the hook in a user's launch): its generated
+    datasets, the mcore losses and CPU stand-ins, the CPU barrier of a resumed multi-rank CPU run."""
+    ensure_generated_data(training_config)
+    prepare_mcore(training_config)
+    cpu_barrier.apply_if_needed(training_config)
+
+
 def train(config_path: Path, callbacks: list[Any], log_dir: Path) -> None:
     """Train from ``config_path`` (``mindformers.yaml``: msmon's keys already removed) as run_mindformer.py would,
     with mindformers' outputs (checkpoints, strategies, its logs) in ``log_dir/output``."""
@@ -74,9 +82,7 @@ def train(config_path: Path, callbacks: list[Any], log_dir: Path) -> None:
 
     config = MindFormerConfig(str(config_path))  # mindformers' config template applied, as for run_mindformer.py
     config.output_dir = str(use_output_dir(log_dir))
-    ensure_generated_data(config)
-    prepare_mcore(config)
-    cpu_barrier.apply_if_needed(config)
+    prepare_training(config)
     set_output_path(config.output_dir)
     build_context(config)
     trainer = Trainer(config, callbacks=list(callbacks) or None)
