@@ -15,7 +15,8 @@ injected twice: as a level that climbs 1%/step (the run's own trend replaced, it
 target) and as x1.01^step on top of the run's own trend, which in several traces falls by about as
 much. Prints recall, false
 alarms and detection delay in steps, the article's night (growth from step 300, loss blow-up at
-800) on the 1000-step trace, then the live stall watchdog's delay against timeout + 2 s.
+800) on the 1000-step trace, then the live stall check's delay (msmon run's parent over a rank
+heartbeat) against timeout + 2 s.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import math
 import random
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +38,6 @@ from msmon.engine.record import StepProgress, interval_stats  # noqa: E402
 from msmon.health.alert import Alert  # noqa: E402
 from msmon.health.monitor import HealthMonitor  # noqa: E402
 from msmon.health.replay import read_records  # noqa: E402
-from msmon.health.watchdog import Watchdog  # noqa: E402
 
 TRACES = ROOT / "bench" / "traces"
 START = 150  # fault onset step
@@ -218,35 +217,41 @@ def article(records: list[Record]) -> list[Record]:
 
 
 def stall_delay() -> tuple[float, float]:
-    """The live watchdog on a real thread: steps of ~20 ms for 1.5 s, then a hang; (delay, timeout) in s."""
+    """The live stall check of ``msmon run``: a real rank heartbeat thread (its file rewritten every 0.2 s) over the
+    session's step progress, steps of ~20 ms for 1.5 s, then a hang; the parent's RankWatcher polled as the
+    supervising loop polls it. (delay, timeout) in s."""
+    import tempfile
 
-    settings = HealthSettings(stall=StallSettings(floor_s=1.0, poll_s=0.2))
-    found = threading.Event()
+    from msmon.compat import PipelineLayout
+    from msmon.config.schema import MonitorSettings
+    from msmon.engine.rank_heartbeat import RankHeartbeat
+    from msmon.runner.rank_watch import RankWatcher
 
-    class Catch:
-        quiet = True
-
-        def handle(self, alert: Alert) -> None:
-            found.set()
-
-        def close(self, deadline: float | None = None) -> None:
-            return None
-
-    monitor = HealthMonitor(settings, sinks=[Catch()])
-    progress = StepProgress()  # the session's own progress, updated as the callback does
-    dog = Watchdog(monitor, progress, poll_s=settings.stall.poll_s)
-    dog.start()
-    progress.add_step_seconds(3.0)  # step 1: compilation, ignored
-    for step in range(1, 76):
-        time.sleep(0.02)
-        now = time.monotonic()
-        if step > 1:
-            progress.add_step_seconds(now - progress.last_end_monotonic)
-        progress.last_end_monotonic, progress.last_step = now, step
-    hung = progress.last_end_monotonic
-    found.wait(30)
-    delay = time.monotonic() - hung
-    dog.stop()
+    settings = MonitorSettings(health=HealthSettings(stall=StallSettings(floor_s=1.0, poll_s=0.2)))
+    with tempfile.TemporaryDirectory() as run_dir:
+        progress = StepProgress()  # the session's own progress, updated as the callback does
+        heartbeat = RankHeartbeat(Path(run_dir), progress, 0, interval_s=0.2)
+        watcher = RankWatcher(Path(run_dir), settings, {}, pipeline=PipelineLayout(1), writer_rank=0, node_rank=None,
+                              local_ranks=dict, request_stop=lambda reason: None)
+        monitor = watcher.monitor
+        assert monitor is not None
+        monitor.sinks = []
+        heartbeat.start()
+        for step in range(1, 76):  # what the callback does at each step's begin and end (log_interval 1)
+            progress.begun_step, progress.begun_monotonic = step, time.monotonic()
+            time.sleep(3.0 if step == 1 else 0.02)  # step 1: compilation, ignored by the calibration
+            now = time.monotonic()
+            progress.add_step_seconds(now - (progress.last_end_monotonic or progress.begun_monotonic))
+            progress.last_end_monotonic, progress.last_step = now, step
+            watcher.poll()
+        hung = time.monotonic()
+        deadline = hung + 30
+        while not monitor.alerts and time.monotonic() < deadline:
+            watcher.poll()
+            time.sleep(0.02)
+        delay = time.monotonic() - hung
+        heartbeat.stop("completed")
+        watcher.close()
     timeout = monitor.alerts[0].values["timeout_s"] if monitor.alerts else math.nan
     return delay, timeout
 
@@ -317,7 +322,7 @@ def main() -> int:
     within = delay <= timeout + 2.0
     if not within:
         misses.append("stall found later than timeout + 2 s")
-    print(f"\nlive stall watchdog: alert {delay:.2f} s after the last step end; calibrated timeout {timeout:.2f} s; "
+    print(f"\nlive stall check: alert {delay:.2f} s after the last step end; calibrated timeout {timeout:.2f} s; "
           f"target <= timeout + 2 s: {'yes' if within else 'NO'}")
     print("\ntargets: every fault found, zero alerts on clean traces, grad growth within 100 steps, "
           "stall within timeout + 2 s")

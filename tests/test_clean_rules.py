@@ -89,7 +89,7 @@ def test_keep_last_per_project(save: Path) -> None:
 def test_running_run_is_kept_but_a_stale_one_goes(save: Path) -> None:
     beat = {"step": 5, "time": time.time() - 10 * DAY, "pid": os.getpid(), "rank": 0, "host": "elsewhere"}
     stale = make_run(save, "p", "stale", ended_days=None, status="running", heartbeat=beat, active_days=10)
-    # old files but a fresh heartbeat (the stall watchdog writes it): kept
+    # old files but a fresh heartbeat (the rank heartbeat thread writes it): kept
     fresh = make_run(save, "p", "live", ended_days=None, status="running", active_days=10,
                      heartbeat={**beat, "time": time.time() - 5})
     result = clean(save, 3 * DAY)

@@ -209,7 +209,7 @@ def test_checkpoint_and_eval_steps_get_the_slow_step_timeout():
     assert StallDetector(StallSettings(), slow_every=(1,)).slow_every == ()  # a save every step: calibrated
 
 
-def test_watchdog_check_reports_a_stall_once_with_the_last_step():
+def test_the_live_check_reports_a_stall_once_with_the_last_step():
     det = StallDetector(StallSettings(floor_s=2.0))
     assert det.check(1.0, 7, 1000.0, [0.1] * 5) is None
     signal = det.check(2.5, 7, 1000.0, [0.1] * 5)

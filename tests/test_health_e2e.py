@@ -4,8 +4,8 @@ lr 1e4 kills the legacy network (its gradients exactly 0: ``dead_series``) and t
 graceful step end (the checkpoint callback saves, a real webhook and a command hook receive the alert);
 ``action: alert`` lets the run complete while a hanging webhook, command hook and MLflow server slow no step. An
 alert names its flight recorder file: every step before it at full resolution. `msmon replay` recomputes the live
-alerts of a real run. (The in-process stall watchdog of a library session: tests/test_flight_recorder.py; the
-stall of `msmon run`, judged by its parent over every rank: test_run_ranks.py, test_resume.py.)"""
+alerts of a real run. (The stall of `msmon run`, judged by its parent over every rank: test_run_ranks.py,
+test_resume.py, test_ranks_unit.py.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alert sinks (alerts.jsonl, console, a real webhook on 127.0.0.1, command hook), the stall watchdog, attach."""
+"""Alert sinks (alerts.jsonl, console, a real webhook on 127.0.0.1, command hook), attach."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from msmon.config.health import AlertSettings, HealthSettings, StallSettings
+from msmon.config.health import AlertSettings, HealthSettings
 from msmon.engine.record import StepProgress
 from msmon.health import HealthHandle, attach
 from msmon.health.alert import Alert
-from msmon.health.monitor import HealthMonitor
 from msmon.health.sinks import AlertFile, CommandSink, ConsoleSink, WebhookSink
-from msmon.health.watchdog import Watchdog
 
 ALERT = Alert(1000.0, 7, "nonfinite", "critical", "loss is NaN", {"loss": float("nan")}, "alert")
 
@@ -111,40 +109,6 @@ class Progress(StepProgress):
         now = time.monotonic()
         self.recent_step_seconds.append(now - self.last_end_monotonic)
         self.last_end_monotonic, self.last_step = now, self.last_step + 1
-
-
-def test_watchdog_finds_a_stall_within_timeout_plus_2s_and_ignores_compilation():
-    monitor = HealthMonitor(HealthSettings(stall=StallSettings(floor_s=1.0, poll_s=0.1)))
-    progress = Progress()
-    dog = Watchdog(monitor, progress, poll_s=0.1, log_interval=1)
-    dog.start()
-    try:
-        progress.step(0.6)  # step 1: "compilation" (would make the timeout 6 s if counted)
-        for _ in range(20):
-            progress.step(0.01)
-        hung_at, wall = time.monotonic(), progress.last_end_wall
-        while not monitor.alerts and time.monotonic() - hung_at < 10:
-            time.sleep(0.05)
-        delay = time.monotonic() - hung_at
-    finally:
-        dog.stop()
-    assert len(monitor.alerts) == 1
-    alert = monitor.alerts[0]
-    assert alert.detector == "stall" and alert.step == 21 and alert.severity == "critical"
-    assert alert.values["timeout_s"] == 1.0 and delay <= 1.0 + 2.0
-    assert alert.values["last_step_time"] == pytest.approx(wall, abs=0.05)
-
-
-def test_watchdog_quiet_once_training_is_over():
-    monitor = HealthMonitor(HealthSettings(stall=StallSettings(floor_s=0.2)))
-    progress = Progress()
-    progress.total_steps = 3
-    for _ in range(3):
-        progress.step(0.0)
-    dog = Watchdog(monitor, progress, poll_s=0.05)
-    time.sleep(0.4)
-    dog.poll()
-    assert monitor.alerts == []
 
 
 class FakeSession:

@@ -291,6 +291,19 @@ def test_the_watcher_raises_one_stall_alert_naming_the_rank(tmp_path: Path) -> N
     assert watch.alert_count == 1 and stopped == []
 
 
+def test_the_watcher_is_quiet_once_every_planned_step_has_ended(tmp_path: Path) -> None:
+    """Closing (the last checkpoint, the backends) may take longer than the timeout: no stall after the last step."""
+    watch = watcher(tmp_path, [])
+    now = time.time()
+    write_beats(tmp_path, {r: beat(30, 30, now, ended_ago=60.0, total_steps=30, step_seconds=[0.1]) for r in (0, 1)})
+    watch.poll()
+    assert alerts(tmp_path) == []
+    write_beats(tmp_path, {r: beat(30, 29, now, ended_ago=60.0, total_steps=30, step_seconds=[0.1]) for r in (0, 1)})
+    watch._next = 0.0
+    watch.poll()
+    assert [a["detector"] for a in alerts(tmp_path)] == ["stall"]  # the control: one step short, it is a stall
+
+
 def test_no_stall_before_the_first_step_with_a_short_timeout(tmp_path: Path) -> None:
     watch = watcher(tmp_path, [], first_step_timeout_s=100.0)
     watch._started -= 30.0  # 30 s of compilation

@@ -96,7 +96,7 @@ class ThroughputDropSettings:
 
 @dataclass(frozen=True)
 class StallSettings:
-    enabled: bool = doc(True, "watchdog thread: alert when no step has ended for the timeout (a hang)")
+    enabled: bool = doc(True, "alert when no step has ended for the timeout (a hang)")
     action: Action = doc("alert", ACTION_DOC)
     timeout_s: float | None = doc(None, "seconds without a step end; default calibrates from step times", above=0.0)
     factor: float = doc(10.0, "calibrated timeout = factor x the slowest recent step ...", at_least=1.0)
@@ -112,7 +112,7 @@ class StallSettings:
         1800.0, "timeout at the steps that save a checkpoint (CheckpointMonitor) or evaluate (do_eval): slow, not hung",
         at_least=0.0,
     )
-    poll_s: float = doc(0.5, "how often the watchdog looks", at_least=0.05)
+    poll_s: float = doc(0.5, "how often msmon run's parent reads the ranks' heartbeats", at_least=0.05)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class AlertSettings:
 
 @dataclass(frozen=True)
 class HealthSettings:
-    enabled: bool = doc(True, "run the health detectors and the stall watchdog")
+    enabled: bool = doc(True, "run the health detectors and the stall check")
     nonfinite: NonFiniteSettings = field(default_factory=NonFiniteSettings)
     loss_spike: LossSpikeSettings = field(default_factory=LossSpikeSettings)
     grad_explosion: GradExplosionSettings = field(default_factory=GradExplosionSettings)

@@ -7,7 +7,7 @@ per-step dicts (``step``, ``time``, ``step_time_ms``, ``loss``, ``grad_norm``, `
 its interval: at most ``log_interval - 1`` steps' outputs are alive unread on the device (a few scalars each, plus
 one float per parameter with ``layer_grad_norm``); the ring itself holds Python floats only.
 
-Alert thread (the writer, or the stall watchdog): ``dump`` copies the deque (``deque.copy`` runs in C under the GIL:
+Alert thread (the writer): ``dump`` copies the deque (``deque.copy`` runs in C under the GIL:
 no lock, the training thread never waits), adds the steps since the last log that are still unread (their step and
 step time only: their values would need a device read, and a stalled device may be why the alert fired), and writes
 the steps up to the alert's step as JSON Lines to ``context/`` (msmon.layout ``alert_context``).

@@ -1,4 +1,4 @@
-"""Training health: detectors, the stall watchdog, alerts and actions.
+"""Training health: detectors, alerts and actions (the live stall judgement: ``msmon.runner.rank_watch``).
 
 ``attach(session, settings, run_dir, config)`` wires it into a MonitorSession; ``replay`` runs the
 same HealthMonitor over a recorded run.
@@ -13,7 +13,6 @@ from typing import Any
 from msmon import layout
 from msmon.health.monitor import HealthMonitor, Sink
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
-from msmon.health.watchdog import Watchdog
 
 __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 
@@ -21,9 +20,8 @@ __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 class HealthHandle:
     """What ``attach`` returns: the alert count and an idempotent ``close``."""
 
-    def __init__(self, monitor: HealthMonitor | None, watchdog: Watchdog | None) -> None:
+    def __init__(self, monitor: HealthMonitor | None) -> None:
         self.monitor = monitor
-        self.watchdog = watchdog
         self._closed = False
 
     @property
@@ -34,8 +32,6 @@ class HealthHandle:
         if self._closed:
             return
         self._closed = True
-        if self.watchdog is not None:
-            self.watchdog.stop()
         if self.monitor is not None:
             self.monitor.close()
 
@@ -71,30 +67,25 @@ def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
 
 
 def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str, Any] | None = None, *,
-           watchdog: bool = True) -> HealthHandle:
-    """Add the health listener to ``session`` and start the stall watchdog (``settings``: MonitorSettings).
+           stall: bool = True) -> HealthHandle:
+    """Add the health listener to ``session`` (``settings``: MonitorSettings).
 
-    ``watchdog`` false: the stall is watched elsewhere (``msmon run``'s parent watches every rank's heartbeat and
-    owns the stall alert): neither this in-process thread nor the gap check between records raises a second one for
-    the same hang."""
+    A hang is judged from outside the hung process: under ``msmon run`` its parent reads every rank's heartbeat and
+    owns the stall alert (``stall`` false here, so the gap check between records raises no second one). Used as a
+    library (``stall`` true), the stall detector finds a hang as a time gap between two records, as replay does."""
     health = settings.health
     if not health.enabled:
-        return HealthHandle(None, None)
+        return HealthHandle(None)
     recorder = getattr(session, "flight_recorder", None)  # the window before each alert, written to context/
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
                             request_stop=getattr(session, "request_stop", None),
-                            context=recorder.dump if recorder is not None else None, stall=watchdog)
+                            context=recorder.dump if recorder is not None else None, stall=stall)
     attempt = getattr(session, "attempt", None)  # a resumed attempt: the detectors start warm
     if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
         from msmon.health.replay import history
 
         monitor.warm(history(Path(run_dir), attempt.resumed_from_step))
     progress = session.progress
-    thread = None
-    if health.stall.enabled and watchdog:
-        thread = Watchdog(monitor, progress, poll_s=health.stall.poll_s, log_interval=settings.log_interval)
-    handle = HealthHandle(monitor, thread)
+    handle = HealthHandle(monitor)
     session.add_listener(_Listener(handle, progress))
-    if thread is not None:
-        thread.start()
     return handle

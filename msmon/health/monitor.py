@@ -46,11 +46,11 @@ class Sink(Protocol):
 class HealthMonitor:
     """One instance per run: the same object and code path live (a session listener) and in replay.
 
-    Thread-safe: the writer thread calls ``on_record``, the watchdog thread ``check_stall`` (``stall`` false: no stall
-    detector, the stall is judged in another process). ``context(step,
-    detector)``, when given, writes the flight recorder's window before an alert and returns its path (the alert's
-    ``context_file``); the per-group gradient norms of the records name the group behind growth, spike and
-    non-finite alerts (msmon.health.groups).
+    Thread-safe: the writer thread calls ``on_record``, the watcher of ``msmon run`` ``check_stall`` (``stall``
+    false: no stall detector, the stall is judged in another process). ``context(step, detector)``, when given,
+    writes the flight recorder's window before an alert and returns its path (the alert's ``context_file``); the
+    per-group gradient norms of the records name the group behind growth, spike and non-finite alerts
+    (msmon.health.groups).
     """
 
     def __init__(
@@ -154,8 +154,8 @@ class HealthMonitor:
         self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
         now: float, detail: str | None = None, values: dict[str, Any] | None = None,
     ) -> Alert | None:
-        """The watchdog's entry point: a stall alert when no step has ended for the timeout (``detail`` and
-        ``values``: where it hangs, from the watcher of ``msmon run``)."""
+        """The live stall check (``msmon.runner.rank_watch``): a stall alert when no step has ended for the timeout
+        (``detail`` and ``values``: where it hangs, from the watcher)."""
         with self._lock:
             stall = self.stall
             signal = stall.check(idle_s, last_step, last_end_wall, step_seconds, detail, values) if stall else None

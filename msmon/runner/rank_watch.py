@@ -2,8 +2,8 @@
 collective.
 
 On every poll of the supervising loop (at most every ``health.stall.poll_s``) it reads ``heartbeats/rank_N.json``.
-When no step has ended on any rank for the stall timeout (the ``StallDetector`` rule of the in-process watchdog,
-which ``msmon run`` does not start: this watcher owns the stall alert), it says which ranks are behind and how,
+When no step has ended on any rank for the stall timeout (the ``StallDetector`` rule; this watcher is the
+only live stall judgement), it says which ranks are behind and how,
 captures the Python stacks of the ranks it started (``stacks/rank_N.txt``), names the innermost frame outside
 msmon of the first stuck rank, and raises one alert. A non-finite loss or grad norm in the logged values of a rank
 other than the writing one raises a ``nonfinite`` alert naming the rank (the writing rank judges its own records).

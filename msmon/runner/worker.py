@@ -191,7 +191,7 @@ class Worker:
         from msmon.health import attach
 
         # the stall is watched by the parent `msmon run` over every rank's heartbeat (msmon.runner.rank_watch)
-        self.health = attach(self.session, settings, self.run_dir, training, watchdog=False)
+        self.health = attach(self.session, settings, self.run_dir, training, stall=False)
 
     def finish(self, status: RunStatus, error: str | None, budget_cap_s: float | None = None) -> None:
         """Close the monitor and leave this rank's result (once). The space reserved at the start is released

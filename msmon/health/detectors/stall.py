@@ -1,4 +1,5 @@
-"""Stalls: no step ended for a calibrated timeout (watchdog, live) or a time gap between records (replay)."""
+"""Stalls: no step ended for a calibrated timeout (live, judged by ``msmon run``'s parent) or a time gap between
+records (replay, and a library session)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ class StallDetector:
     """One timeout rule for both entry points.
 
     ``observe`` (every record, live and replay) learns per-step seconds from record times and reports
-    a gap between two records whose slowest step must have exceeded the timeout. ``check`` (the live
-    watchdog thread) reports a step that has not ended for the timeout while training is blocked. A
-    stall the watchdog reported is not reported again by the gap check.
+    a gap between two records whose slowest step must have exceeded the timeout. ``check`` (live: the
+    watcher of ``msmon run`` over the ranks' heartbeats) reports a step that has not ended for the timeout while
+    training is blocked. A stall reported live is not reported again by the gap check.
     """
 
     name = "stall"
@@ -111,7 +112,7 @@ class StallDetector:
         self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
         detail: str | None = None, values: dict[str, Any] | None = None,
     ) -> Signal | None:
-        """Watchdog: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1.
+        """Live: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1.
         ``detail`` says where the run hangs (the ranks, their stacks), ``values`` what the alert adds for it."""
         timeout = self.due(idle_s, last_step, step_seconds)
         if timeout is None:
@@ -125,5 +126,5 @@ class StallDetector:
             f"stall: no training step has ended for {idle_s:.3g} s (timeout {timeout:.3g} s); {where}. "
             + (detail or "The run may be hung (data loader, collective, I/O)"),
             {"last_step": last_step, "last_step_time": last_end_wall, "last_step_time_iso": stamp(last_end_wall),
-             "idle_s": idle_s, "timeout_s": timeout, "check": "watchdog", **(values or {})},
+             "idle_s": idle_s, "timeout_s": timeout, "check": "live", **(values or {})},
         )
