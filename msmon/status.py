@@ -1,8 +1,16 @@
-"""A run's status and the exit code it ends with: one enum each (ExitCode in msmon.errors), one map between them."""
+"""A run's status and the exit code it ends with: one enum each (ExitCode in msmon.errors), one map between them;
+and which attempt of a run a training process is.
+
+``msmon run`` starts each attempt of a run (the first, a ``--resume``, an automatic restart) with the attempt in the
+rank's spec (msmon.runner.protocol.RankSpec); the rank hands it to its session, which hands it to the backends (they
+continue their files and runs from that step; TensorBoard purges what comes after it) and to the health detectors
+(they start warm).
+"""
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from enum import StrEnum
 
 from msmon.errors import ExitCode
@@ -50,3 +58,11 @@ def rank_exit_code(status: RunStatus) -> ExitCode:
     """A rank process's own exit code: TRAINING_FAILED when it failed, else OK (its result file says the rest:
     the parent decides the run's status and exit code from the results)."""
     return ExitCode.TRAINING_FAILED if status is RunStatus.FAILED else ExitCode.OK
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Attempt ``number`` (1 = the first) of a run; ``resumed_from_step`` None when it trains from the start."""
+
+    number: int
+    resumed_from_step: int | None = None

@@ -358,7 +358,7 @@ def interrupted_legacy(work: Workspace) -> dict[str, Any]:
     above the panel (--framework-logs), interrupted by SIGINT once it logged step 110 and saved its step-100
     checkpoint: exit 130, the report; `msmon run --resume` of a copy continues it. Two micro batches interleaved
     per step (the loss msmon records is the one mindformers prints, not their sum)."""
-    from msmon.runner.checkpoints import latest_checkpoint
+    from msmon.runner.resume import latest_checkpoint
 
     steps, interval = 400, 5
     config = work.config("legacy", steps, log_interval=interval, monitor_type=ALL_BACKENDS,

@@ -31,7 +31,7 @@ UI_LIBRARIES = ("typer", "rich", "click")
 UI_ALLOWED = {"cli", "view.live"}  # Rich draws the live panel; everything else is the library core
 MAX_LINES = 300
 #: The modules on either side of the rank boundary (the parent's and the rank's).
-BOUNDARY_MODULES = {"runner.worker", "runner.training_process", "runner.supervise", "runner.restarts",
+BOUNDARY_MODULES = {"runner.worker", "runner.training_process", "runner.supervise", "runner.attempts",
                     "runner.injected"}
 
 

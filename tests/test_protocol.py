@@ -31,9 +31,8 @@ from msmon.runner.protocol import (
     write_result,
 )
 from msmon.runner.supervise import Run
-from msmon.status import RunStatus, exit_code, rank_exit_code
+from msmon.status import Attempt, RunStatus, exit_code, rank_exit_code
 from msmon.util import internal_errors
-from msmon.util.attempt import Attempt
 from msmon.validate.validator import validate_config
 from msmon.view.ending import summary_lines
 from msmon.view.series import load_run

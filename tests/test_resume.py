@@ -30,7 +30,7 @@ from helpers_training import PROJECTS, QUICKSTARTS, mindformers_step_lines, pars
 from launch import Launched, records
 from omegaconf import OmegaConf
 
-from msmon.runner.checkpoints import latest_checkpoint
+from msmon.runner.resume import latest_checkpoint
 from msmon.view.report import write_report
 from msmon.view.series import load_run
 

@@ -19,23 +19,21 @@ from helpers_checkpoints import checkpoint_tree, cut, write_ckpt, write_safetens
 from helpers_training import QUICKSTARTS, quickstart_parts, write_quickstart_config
 
 from msmon import layout
-from msmon.compat import HYPER_PARAM_FILE
+from msmon.compat.checkpoint_file import Incomplete, read_checkpoint
 from msmon.config.health import HealthSettings
 from msmon.config.loader import load_config
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor, stop_reason
 from msmon.health.replay import replay
-from msmon.runner import attempts, runinfo
-from msmon.runner.checkpoint_files import Incomplete, read_checkpoint
-from msmon.runner.checkpoints import check_fits, latest_checkpoint, resume_overrides, training_layout
+from msmon.runner import attempts, rundir, runinfo
+from msmon.runner.attempts import RestartPolicy
 from msmon.runner.lifecycle import restart_cause
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions
-from msmon.runner.restarts import RestartPolicy
 from msmon.runner.results import RunResult
+from msmon.runner.resume import HYPER_PARAM_FILE, check_fits, latest_checkpoint, resume_overrides, training_layout
 from msmon.runner.supervise import Run
-from msmon.status import RunStatus
-from msmon.util.attempt import Attempt
+from msmon.status import Attempt, RunStatus
 
 
 @pytest.mark.parametrize("fmt", ["ckpt", "safetensors"])
@@ -115,7 +113,7 @@ def test_records_after_the_resume_step_are_kept_aside(tmp_path: Path) -> None:
     (tmp_path / "metrics.csv").write_text("step,time,rank,loss\n10,1,0,1.0\n30,2,0,0.5\n")
     (tmp_path / "rank_1").mkdir()
     (tmp_path / "rank_1" / "metrics.jsonl").write_text("".join(lines))
-    assert attempts.supersede(tmp_path, 20, 1) == 3 + 1 + 1 + 2
+    assert rundir.supersede(tmp_path, 20, 1) == 3 + 1 + 1 + 2
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [10, 20]
     aside = (tmp_path / "metrics.attempt-1.jsonl").read_text()
     assert aside.splitlines()[:2] == [lines[2].strip(), lines[3].strip()] and aside.endswith("\n")
@@ -123,7 +121,7 @@ def test_records_after_the_resume_step_are_kept_aside(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.csv").read_text() == "step,time,rank,loss\n10,1,0,1.0\n"
     assert (tmp_path / "metrics.attempt-1.csv").read_text() == "step,time,rank,loss\n30,2,0,0.5\n"
     assert len((tmp_path / "rank_1" / "metrics.jsonl").read_text().splitlines()) == 2
-    assert attempts.supersede(tmp_path, 20, 2) == 0  # nothing left after step 20
+    assert rundir.supersede(tmp_path, 20, 2) == 0  # nothing left after step 20
 
 
 def test_run_json_lists_the_attempts_and_sums_them() -> None:

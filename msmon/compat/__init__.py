@@ -52,6 +52,7 @@ from msmon.compat.environment import (
     tested_pair,
 )
 from msmon.compat.internals import (
+    CPU_BARRIER_PATCHES,
     LOCAL_NORM_OPTION,
     LOSS_FIX,
     LOSS_OUTPUT_READER,
@@ -76,12 +77,6 @@ from msmon.compat.internals import (
     use_legacy,
 )
 from msmon.compat.parallel import LAYOUT_KEYS, expected_world_size, lays_out_ranks, samples_per_step
-from msmon.compat.resume import (
-    CPU_BARRIER_PATCHES,
-    HYPER_PARAM_FILE,
-    RESUME_VERIFIED,
-    resume_keys,
-)
 from msmon.compat.template import TEMPLATE_DUMP_PATH, TEMPLATE_SPIKE_THRESHOLD
 
 __all__ = [
@@ -149,8 +144,5 @@ __all__ = [
     "expected_world_size",
     "LossFix",
     "LOSS_FIX",
-    "RESUME_VERIFIED",
-    "HYPER_PARAM_FILE",
     "CPU_BARRIER_PATCHES",
-    "resume_keys",
 ]

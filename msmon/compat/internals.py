@@ -61,6 +61,14 @@ MCORE_CPU_PATCHES: dict[str, dict[str, Patch]] = {
     },
 }
 
+#: Where mindformers waits for every rank with MindSpore's ``Barrier`` op before it loads a checkpoint to resume
+#: (``preload_ckpt``, ``load_checkpoint_with_safetensors``): no CPU kernel ("Unsupported op [Barrier] on CPU"), so
+#: a multi-rank CPU run could not resume. msmon/runner/cpu_barrier.py swaps these names.
+CPU_BARRIER_PATCHES: dict[str, tuple[Patch, ...]] = dict.fromkeys(("1.8.0", "1.9.0"), (
+    Patch("mindformers.trainer.utils", "barrier", "barrier"),
+    Patch("mindformers.utils.load_checkpoint_utils", "barrier", "barrier"),
+))
+
 #: Why the mcore models of 1.8-1.9 train on one CPU rank only (measured with the Qwen3 quickstart on two msrun ranks).
 MCORE_CPU_RANKS = ("the mcore models (use_legacy false) of mindformers 1.8-1.9 cannot train on several CPU ranks (data"
                    " parallel resets parallel_config and the model refuses the world size; semi-auto: CPU invalid)")

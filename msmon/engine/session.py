@@ -21,8 +21,7 @@ from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import StepProgress, canonical_metrics, console_line
 from msmon.engine.writer import Writer
 from msmon.errors import describe
-from msmon.status import RunStatus
-from msmon.util.attempt import Attempt
+from msmon.status import Attempt, RunStatus
 
 logger = logging.getLogger("msmon")
 

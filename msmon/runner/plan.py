@@ -17,9 +17,8 @@ from msmon.errors import ExitCode, MsmonError
 from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
-from msmon.runner.checkpoints import ResumePoint
 from msmon.runner.launch_command import check_command, msrun_ranks
-from msmon.runner.resume import resume_point
+from msmon.runner.resume import ResumePoint, resume_point
 from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
 

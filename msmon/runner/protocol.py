@@ -18,9 +18,8 @@ from typing import Any
 from msmon import layout
 from msmon.config.coerce import build
 from msmon.config.schema import MonitorSettings
-from msmon.status import RunStatus
+from msmon.status import Attempt, RunStatus
 from msmon.util.atomic import atomic_write_json
-from msmon.util.attempt import Attempt
 from msmon.util.internal_errors import InternalErrors
 from msmon.util.jsonfiles import read_json_object
 

@@ -16,16 +16,15 @@ from msmon import layout
 from msmon.errors import describe
 from msmon.ops.backup import backup_config
 from msmon.runner import attempts, results, rundir, runinfo, stacks
+from msmon.runner.attempts import AttemptLoop
 from msmon.runner.board_beside import BoardBeside
 from msmon.runner.lifecycle import Lifecycle
 from msmon.runner.plan import RunPlan
 from msmon.runner.protocol import RankSpec, ViewOptions, read_results
 from msmon.runner.rank_watch import RankWatcher
-from msmon.runner.restarts import AttemptLoop
 from msmon.runner.resume import recorded_info
-from msmon.status import RunStatus
+from msmon.status import Attempt, RunStatus
 from msmon.util import internal_errors, logs
-from msmon.util.attempt import Attempt
 from msmon.util.files import SpaceReserve
 from msmon.util.mapping import dotted_get
 

@@ -15,8 +15,7 @@ from typing import Any, ClassVar
 
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backends.runfacts import RunFacts
-from msmon.status import RunStatus
-from msmon.util.attempt import Attempt
+from msmon.status import Attempt, RunStatus
 
 #: Record keys that are coordinates, not metric values.
 COORDINATE_KEYS: frozenset[str] = frozenset({"step", "time", "rank"})

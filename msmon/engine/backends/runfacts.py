@@ -10,7 +10,7 @@ from typing import Any
 from msmon import layout
 from msmon.compat import package_version
 from msmon.config.hyperparameters import RunResults, Value, hyperparameters
-from msmon.util.attempt import Attempt
+from msmon.status import Attempt
 from msmon.util.git import git_commit
 from msmon.util.jsonfiles import read_jsonl
 
