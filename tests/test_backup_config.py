@@ -59,11 +59,11 @@ def test_copy_is_byte_exact_and_deduplicated(config: Path) -> None:
 
 
 def test_no_resolved_secret_on_disk(config: Path, tmp_path: Path) -> None:
-    result = msmon(str(config), "--note", "with secrets")
+    result = msmon("save", str(config), "--note", "with secrets")
     assert result.returncode == 0, result.stderr
     config.write_text(CONFIG.replace("10", "30"))
-    assert msmon(str(config)).returncode == 0
-    listing, diff = msmon(str(config), "--list"), msmon(str(config), "--diff", "1")
+    assert msmon("save", str(config)).returncode == 0
+    listing, diff = msmon("list", str(config)), msmon("diff", str(config), "1")
     assert listing.returncode == 0 and diff.returncode == 0
     files = [p for p in (tmp_path / "monitor_config_backup").iterdir() if p.name != ".lock"]
     assert len(files) == 3  # two copies and the index
@@ -81,7 +81,7 @@ def test_list_shows_time_hash_note_and_changed_keys(config: Path) -> None:
     config.write_text(CONFIG.replace("hidden: 64", "hidden: 128").replace("log_interval: 10", "log_interval: 5\n"
                                                                          "  verbose: true"))
     backup_config(config, now=T0 + timedelta(minutes=2))
-    result = msmon(str(config), "--list")
+    result = msmon("list", str(config))
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     copies = list_copies(config)
@@ -105,7 +105,7 @@ def test_diff_forms(config: Path) -> None:
     assert "-  log_interval: 10" in a_vs_b.unified and "+  log_interval: 20" in a_vs_b.unified
     by_stamp = diff_configs(config, "20260102_030405")
     assert by_stamp.left == "train_20260102_030405.yaml" and "+ verbose: True" in by_stamp.keys
-    cli = msmon(str(config), "--diff", "1", "latest")
+    cli = msmon("diff", str(config), "1", "latest")
     assert cli.returncode == 0 and "~ log_interval: 10 -> 20" in cli.stdout and "@@" in cli.stdout
     with pytest.raises(MsmonError, match="matches 2 copies"):
         diff_configs(config, "20260102_030")
@@ -118,7 +118,7 @@ def test_restore_backs_up_the_current_file_first(config: Path) -> None:
     backup_config(config, now=T0)
     config.chmod(0o640)
     config.write_text(CONFIG.replace("hidden: 64", "hidden: 999"))
-    result = msmon(str(config), "--restore", "1")
+    result = msmon("restore", str(config), "1")
     assert result.returncode == 0, result.stderr
     assert config.read_bytes() == original and (config.stat().st_mode & 0o777) == 0o640
     copies = list_copies(config)
@@ -156,14 +156,34 @@ def test_writes_are_atomic(config: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_cli_errors(config: Path) -> None:
-    assert msmon("missing.yaml").returncode == 1
-    assert "no such file" in msmon("missing.yaml").stderr
-    assert msmon(str(config), "--list", "--restore", "1").returncode == 2
-    assert msmon(str(config), "A").returncode == 2
-    assert msmon(str(config), "--diff", "1", "2", "3").returncode == 2
-    none_yet = msmon(str(config), "--restore", "1")
+    missing = msmon("save", "missing.yaml")
+    assert missing.returncode == 1 and "no such file" in missing.stderr
+    assert msmon("list", str(config), "A").returncode == 2
+    too_many = msmon("diff", str(config), "1", "2", "3")
+    assert too_many.returncode == 2 and "diff takes at most two copies" in too_many.stderr
+    assert msmon("restore", str(config)).returncode == 2  # REF is required
+    none_yet = msmon("restore", str(config), "1")
     assert none_yet.returncode == 1 and "no backup copies yet" in none_yet.stderr
-    assert "Traceback" not in none_yet.stderr
-    saved = msmon(str(config), "--dest", "elsewhere/backups")
+    assert "msmon backup-config save CONFIG" in none_yet.stderr and "Traceback" not in none_yet.stderr
+    saved = msmon("save", str(config), "--dest", "elsewhere/backups")
     assert saved.returncode == 0 and (config.parent / "elsewhere" / "backups").is_dir()
-    assert "identical to" in msmon(str(config), "--dest", "elsewhere/backups").stdout
+    assert "identical to" in msmon("save", str(config), "--dest", "elsewhere/backups").stdout
+
+
+def test_the_flag_forms_of_0_1_still_work_and_say_the_new_form(config: Path) -> None:
+    """Deprecated until 0.3.0: each flag form does what its subcommand does, with one line on stderr naming it."""
+    saved = msmon(str(config), "--note", "old form")
+    assert saved.returncode == 0 and saved.stdout.startswith("saved ")
+    assert f"use `msmon backup-config save {config} --note old form`" in saved.stderr
+    listing = msmon(str(config), "--list")
+    assert listing.returncode == 0 and "old form" in listing.stdout and "backup-config list" in listing.stderr
+    config.write_text(CONFIG.replace("log_interval: 10", "log_interval: 20"))
+    diff = msmon(str(config), "--diff", "1")
+    assert diff.returncode == 0 and "~ log_interval: 10 -> 20" in diff.stdout
+    restored = msmon(str(config), "--restore=1")
+    assert restored.returncode == 0 and config.read_text() == CONFIG
+    assert f"use `msmon backup-config restore {config} 1`" in restored.stderr
+    both = msmon(str(config), "--list", "--restore", "1")
+    assert both.returncode == 2 and "--list and --restore exclude each other" in both.stderr
+    assert "Traceback" not in both.stderr
+    assert msmon(str(config), "A").returncode == 2  # refs without --diff, as before

@@ -97,7 +97,7 @@ def test_runs_and_backup_config_show_the_run(canonical) -> None:
     row = next(r for r in json.loads(table.stdout) if r["run"] == run.name)
     assert (row["project"], row["status"], row["last_step"]) == ("canonical", "completed", run.steps)
     assert isinstance(row["last_loss"], float)
-    listing = run_msmon("backup-config", str(run.config), "--list", env={"MSMON_HOME": str(run.config.parent / "home")})
+    listing = run_msmon("backup-config", "list", str(run.config), env={"MSMON_HOME": str(run.config.parent / "home")})
     assert f"msmon run {run.name}" in listing.stdout, listing.stdout + listing.stderr
 
 

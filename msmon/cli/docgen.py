@@ -7,8 +7,8 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-import click
 import typer
 from typer.testing import CliRunner
 
@@ -86,12 +86,14 @@ def render_config() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commands(group: click.Group, prefix: list[str]) -> list[list[str]]:
+def _commands(group: Any, prefix: list[str]) -> list[list[str]]:
+    """Every command path below ``group``, subcommands included (typer vendors its own click: a group is whatever
+    has ``commands``)."""
     found: list[list[str]] = []
     for name in sorted(group.commands):
         command = group.commands[name]
         found.append([*prefix, name])
-        if isinstance(command, click.Group):
+        if getattr(command, "commands", None):
             found.extend(_commands(command, [*prefix, name]))
     return found
 
@@ -103,7 +105,7 @@ def render_cli() -> str:
     try:
         sections = [CLI_HEADER]
         root = typer.main.get_command(app)
-        for argv in [[], *_commands(root, [])]:  # type: ignore[arg-type]
+        for argv in [[], *_commands(root, [])]:
             result = runner.invoke(app, [*argv, "--help"], env={"NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"})
             title = " ".join(["msmon", *argv])
             text = "\n".join(line.rstrip() for line in result.output.splitlines()).strip("\n")

@@ -22,6 +22,8 @@ from msmon.cli import (
     status,
     validate,
 )
+from msmon.cli.common import fail
+from msmon.errors import MsmonError
 
 app = typer.Typer(
     name="msmon",
@@ -53,4 +55,8 @@ for module in (validate, run, export, resume, board, backup, runs, status, clean
 def main() -> None:
     """``msmon run CONFIG ... -- COMMAND ...``: COMMAND is split off before Click parses (Click drops the ``--``)."""
     args, command = run.split_command(sys.argv[1:])
+    try:
+        args = backup.current_form(args)
+    except MsmonError as exc:
+        sys.exit(fail(exc.message, exc.hint, exc.exit_code).exit_code)
     app(args=args, prog_name="msmon", obj={run.COMMAND: command})  # completion answers to _MSMON_COMPLETE

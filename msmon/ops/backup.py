@@ -132,7 +132,7 @@ def _link_unique(tmp: Path, directory: Path, base: str) -> Path:
 def resolve_ref(copies: list[BackupCopy], ref: str) -> BackupCopy:
     """A copy by number (as listed), ``latest``, file name, path, or a unique part of its name (a timestamp)."""
     if not copies:
-        raise MsmonError("no backup copies yet", "make one: msmon backup-config CONFIG")
+        raise MsmonError("no backup copies yet", "make one: msmon backup-config save CONFIG")
     if ref == "latest":
         return copies[-1]
     if ref.isdigit():
@@ -142,7 +142,7 @@ def resolve_ref(copies: list[BackupCopy], ref: str) -> BackupCopy:
     if len(matches) == 1:
         return matches[0]
     names = ", ".join(c.path.name for c in matches) if matches else "none"
-    raise MsmonError(f"backup '{ref}' matches {len(matches)} copies ({names})", "see msmon backup-config CONFIG --list")
+    raise MsmonError(f"backup '{ref}' matches {len(matches)} copies ({names})", "see msmon backup-config list CONFIG")
 
 
 def monitor_config_keys(data: bytes) -> dict[str, Any] | None:
