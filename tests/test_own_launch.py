@@ -11,7 +11,8 @@ ends with a one-line error, exit 3 and a final run.json, nothing left running.
 from __future__ import annotations
 
 import json
-import os
+import math
+import re
 import signal
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from canonical import QUICKSTARTS, STALL
+from canonical import QUICKSTARTS, STALL, registered
 from engine_support import summary_scalars
 from helpers_ranks import DATA_PARALLEL, RankRun, processes_of
 from helpers_training import parse_step_lines, write_quickstart_config
@@ -69,10 +70,14 @@ def test_a_users_script_under_msmon_gives_the_native_records_alerts_and_printed_
 
 
 @pytest.mark.training
-def test_a_script_that_loads_the_config_by_another_name_gets_it_without_msmon_keys(tmp_path: Path) -> None:
-    """COMMAND names no CONFIG (its own copy, msmon's keys in it): the Trainer still gets a config without them
-    (mindformers refuses an unknown monitor_config key), and the user's file is not touched."""
-    config = write_quickstart_config(tmp_path, steps=10, run_name="copy", log_interval=5, monitor_type=["file"])
+def test_the_mcore_quickstart_under_a_script_with_its_own_config_copy_records_mindformers_printed_loss(
+        tmp_path: Path) -> None:
+    """The mcore (Qwen3) path, COMMAND naming no CONFIG (the script's own copy, msmon's keys in it): the Trainer still
+    gets a config without them (mindformers refuses an unknown monitor_config key) and the user's file is not
+    touched; the hook puts msmon's CPU stand-ins in place before the user's Trainer builds its network, as the
+    native form does; msmon's loss is the loss mindformers printed."""
+    config = write_quickstart_config(tmp_path, steps=20, run_name="mcore", log_interval=5, monitor_type=["file"],
+                                     source=QUICKSTARTS["mcore"])
     exported = tmp_path / "exported.yaml"
     assert Launched.start(tmp_path, "export", str(config), "-o", str(exported), name="export").finish() == 0
     data = yaml.safe_load(config.read_text())
@@ -85,20 +90,7 @@ def test_a_script_that_loads_the_config_by_another_name_gets_it_without_msmon_ke
     run = Launched.start(tmp_path, "run", str(config), "--plain", "--", sys.executable, str(SCRIPT), "--config",
                          str(copy), env=msmon_env(tmp_path), cwd=tmp_path)
     assert run.finish() == 0, run.stderr[-3000:]
-    run_dir = tmp_path / "monitor_logs" / "quickstart" / "copy"
-    assert [r["step"] for r in records(run_dir)] == [5, 10]
     assert copy.read_text() == before
-
-
-@pytest.mark.training
-def test_the_mcore_quickstart_under_a_users_script_records_mindformers_printed_loss(tmp_path: Path) -> None:
-    """The mcore (Qwen3) path: the hook puts msmon's CPU stand-ins in place before the user's Trainer builds its
-    network, as the native form does; msmon's loss is the loss mindformers printed."""
-    config = write_quickstart_config(tmp_path, steps=20, run_name="mcore", log_interval=5, monitor_type=["file"],
-                                     source=QUICKSTARTS["mcore"])
-    run = Launched.start(tmp_path, "run", str(config), "--plain", "--", sys.executable, str(SCRIPT), "--config",
-                         str(config), env=msmon_env(tmp_path), cwd=tmp_path)
-    assert run.finish() == 0, run.stderr[-3000:]
     rows = records(tmp_path / "monitor_logs" / "quickstart_qwen3" / "mcore")
     printed = parse_step_lines((tmp_path / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace"))
     assert [r["step"] for r in rows] == [5, 10, 15, 20]
@@ -149,37 +141,47 @@ def test_usage_errors_of_the_separator(tmp_path: Path, args: list[str], says: st
 
 
 @pytest.mark.training
-def test_an_msrun_command_has_every_rank_watched_a_frozen_one_named_and_sigint_ends_everything(tmp_path: Path
-                                                                                             ) -> None:
-    """`msmon run CONFIG -- msrun --worker_num=2 ... script.py --config CONFIG` on CPU: both ranks report, rank 1
-    frozen with SIGSTOP is named within the stall timeout + 10 s, SIGINT ends every process (130, run.json final)."""
+def test_an_msrun_command_has_every_rank_watched_and_sigint_ends_everything(tmp_path: Path) -> None:
+    """`msmon run CONFIG -- msrun --worker_num=2 ... script.py --config CONFIG` on CPU, the ranks known from their
+    heartbeats only. Rank 1's loss turns NaN at step 12 (named at its logging step 15, rank 0 stays finite), then rank
+    1 waits in a callback at step 20 while rank 0 waits in the collective: one stall alert with rank 1's frame and
+    stack file. SIGINT: exit 130, every rank interrupted, run.json final, nothing left; the ending names
+    `msmon status`. (A rank frozen with SIGSTOP: test_run_ranks.py, on the same watcher.)"""
+    release = tmp_path / "release"
+    sleeper = registered("SleepOnRank", rank=1, step=20, seconds=300.0, release=str(release))
     command = [str(Path(sys.executable).parent / "msrun"), "--worker_num=2", "--local_worker_num=2",
                f"--master_port={free_port('127.0.0.1')}", f"--log_dir={tmp_path / 'msrun_logs'}", "--join=True",
                str(SCRIPT), "--config", str(tmp_path / "quickstart.yaml")]
-    run = RankRun.start(tmp_path, steps=400, health={"stall": STALL}, flags=[*DATA_PARALLEL, "--", *command])
+    run = RankRun.start(tmp_path, steps=400, health={"stall": STALL}, flags=[*DATA_PARALLEL, "--", *command],
+                        callbacks=[registered("NanLossOnRank", rank=1, step=12), sleeper])
     try:
-        run.wait_for(lambda: all(_ended(run, rank) >= 10 for rank in (0, 1)), timeout_s=400)
-        os.kill(run.heartbeat(1)["pid"], signal.SIGSTOP)
-        stopped = time.time()
-        raised = run.wait_for(lambda: any(a["detector"] == "stall" for a in run.alerts()), timeout_s=120)
+        raised = run.wait_for(lambda: any(a["detector"] == "stall" for a in run.alerts()), timeout_s=400)
+        sent = time.monotonic()
         run.proc.send_signal(signal.SIGINT)
+        release.write_text("")
         assert run.finish(150) == 130, run.stderr[-3000:]
+        print(f"measured: SIGINT to exit {time.monotonic() - sent:.1f} s")  # docs/run.md (pytest -s)
     finally:
         if run.proc.poll() is None:
             run.proc.kill()
-    (stall,) = [a for a in run.alerts() if a["detector"] == "stall"]
-    assert "rank 1 is stopped" in stall["message"] and stall["values"]["stuck_ranks"] == [1]
-    assert raised - stopped <= STALL["timeout_s"] + 10.0
-    print(f"measured: the frozen rank named {raised - stopped:.1f} s after SIGSTOP")
+    nonfinite, stall = run.alerts()
+    assert nonfinite["detector"] == "nonfinite" and nonfinite["message"].startswith("rank 1: loss is NaN")
+    assert nonfinite["values"]["rank"] == 1 and nonfinite["step"] == 15  # rank 1's first logging step with it
+    assert "HEALTH ALERT [critical] step 15 nonfinite: rank 1: loss is NaN" in run.stderr
+    assert all(math.isfinite(r["loss"]) for r in records(run.run_dir))  # rank 0 stayed finite
+    assert stall["detector"] == "stall" and stall["step"] == 20 and stall["values"]["stuck_ranks"] == [1]
+    assert "rank 1 is still in step 20 (others ended it" in stall["message"]
+    assert raised - stall["values"]["last_step_time"] <= STALL["timeout_s"] + 5.0
+    frame = stall["values"]["frame"]
+    assert "rank_callbacks.py" in frame and frame.endswith("in on_train_step_end")
+    assert stall["values"]["stack_file"] == "stacks/rank_1.txt"
+    stack = (run.run_dir / "stacks" / "rank_1.txt").read_text()
+    assert "on_train_step_end" in stack and "rank_callbacks.py" in stack
     info = json.loads((run.run_dir / "run.json").read_text())
     assert (info["status"], info["exit_code"], info["launch"], info["device_count"]) == ("interrupted", 130,
                                                                                          "command", 2)
-    assert info["end_time"] is not None
+    assert info["end_time"] is not None and info["alert_count"] == 2
     for rank in (0, 1):
         assert json.loads((run.run_dir / "logs" / f"rank_{rank}.result.json").read_text())["status"] == "interrupted"
+    assert re.search(r"^\s+msmon status \S+", run.stderr, re.M), run.stderr[-2000:]  # the ending's next command
     assert processes_of(run.run_dir) == []
-
-
-def _ended(run: RankRun, rank: int) -> int:
-    path = run.run_dir / "heartbeats" / f"rank_{rank}.json"
-    return int(json.loads(path.read_text()).get("ended") or 0) if path.exists() else 0

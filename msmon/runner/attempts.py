@@ -38,6 +38,7 @@ from msmon.runner.resume import ResumePoint, latest_checkpoint, resume_overrides
 from msmon.runner.runinfo import now_iso
 from msmon.runner.training_process import TrainingProcess
 from msmon.status import Attempt, RunStatus
+from msmon.util.jsonfiles import read_jsonl_tail
 
 logger = logging.getLogger("msmon")
 
@@ -65,13 +66,19 @@ class RestartPolicy:
 
 
 def last_step_seen(run_dir: Path, ranks: dict[int, RankResult], since: float) -> int | None:
-    """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else their heartbeats
-    (a killed process leaves no result)."""
+    """The last step an attempt started at ``since`` (unix s) ended: its ranks' results, else their heartbeats and
+    the records it logged (a killed process leaves no result, and its heartbeat may be up to a second old)."""
     steps = [r.last_step for r in ranks.values() if r.last_step is not None]
     for beat in read_heartbeats(run_dir).values():
         ended_time = beat.get("ended_time")
         if isinstance(ended_time, int | float) and ended_time >= since and isinstance(beat.get("ended"), int):
             steps.append(beat["ended"])
+    try:
+        logged = read_jsonl_tail(run_dir / layout.METRICS).rows
+    except OSError:
+        logged = []
+    steps += [row["step"] for row in logged if isinstance(row.get("step"), int)
+              and isinstance(row.get("time"), int | float) and row["time"] >= since]
     return max(steps) if steps else None
 
 
