@@ -142,6 +142,7 @@ def test_the_live_panel_showed_on_the_terminal_and_the_framework_lines_stayed_in
     assert "step:[" not in out and "ParallelConfig" not in out  # mindformers' INFO lines and dumps: not on screen
     assert "Training Over" not in out and "Training Over" in (run.run_dir / "logs" / "console.log").read_text()
     assert "heartbeat" in out and "dropped records 0" in out
+    assert f"msmon: the framework's info lines are in {run.run_dir / 'logs' / 'console.log'}" in out
     assert not re.search(r"msmon: step \d+/\d+", out)  # the panel, no plain progress lines
     console = mindformers_step_lines(run.run_dir)
     assert sorted(console) == list(range(1, run.steps + 1))  # every step line still went to mindformers' log

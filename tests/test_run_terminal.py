@@ -4,11 +4,18 @@ type next, `--report`, and shell completion."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from conftest import run_msmon
-from helpers_training import parse_step_lines
+import pytest
+from conftest import require_tool, run_msmon
+from helpers_training import parse_step_lines, write_quickstart_config
+from launch import msmon_env
 
 from msmon.runner.framework_output import QuietFilter, level_of
 
@@ -49,6 +56,58 @@ def test_framework_logs_brings_the_step_lines_back_above_the_panel(canonical) ->
     assert "╭─ msmon" in run.output  # the panel was there
     assert set(range(1, last + 1)) <= set(parse_step_lines(run.output))
     assert set(range(1, last + 1)) <= set(parse_step_lines((run.run_dir / "logs" / "console.log").read_text()))
+
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def coloured(text: str) -> bool:
+    """Whether an SGR sequence in ``text`` sets a foreground colour (30-37, 38;..., 90-97); bold, dim and the
+    default colour (39, which tmux writes for every cell) are not colours."""
+    return any(code in range(30, 39) or code in range(90, 98)
+               for params in SGR.findall(text) for code in (int(p) for p in params.split(";") if p))
+
+
+@pytest.mark.training
+def test_in_tmux_no_color_keeps_the_panel_without_colour_and_plain_keeps_the_quiet_rule(tmp_path: Path) -> None:
+    """Two real runs in a tmux pane, one with NO_COLOR=1, one with --plain: no mindformers step line on the screen in
+    either; under NO_COLOR the panel without a colour; --plain prints plain progress lines; the first line names the
+    log that holds everything. (Neither: the canonical run on a terminal, test_run_e2e.py.)"""
+    require_tool("tmux", "apt-get install -y tmux")
+    for name in ("nocolor", "plain"):
+        (tmp_path / name).mkdir()
+    configs = {name: write_quickstart_config(tmp_path / name, steps=20, run_name=name, log_interval=5,
+                                             monitor_type=["file"]) for name in ("nocolor", "plain")}
+    msmon = f"{shlex.quote(sys.executable)} -m msmon run"
+    done = tmp_path / "done"
+    script = (r"printf '\033[31mred\033[0m\n'; "
+              f"echo ==nocolor==; cd {tmp_path / 'nocolor'} && NO_COLOR=1 {msmon} {configs['nocolor']}; "
+              f"echo ==plain==; cd {tmp_path / 'plain'} && {msmon} {configs['plain']} --plain; "
+              f"echo ==end==; touch {done}; sleep 600")
+    env = {k: v for k, v in msmon_env(tmp_path, terminal=True).items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    tmux = ["tmux", "-L", f"msmon-runs-{os.getpid()}", "-f", "/dev/null"]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "150", "-y", "50", "bash", "-c", script], check=True, env=env)
+    try:
+        subprocess.run([*tmux, "set-option", "-g", "history-limit", "50000"], check=True)
+        deadline = time.monotonic() + 600
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert done.exists(), "the two runs did not end within 10 minutes"
+        screen = subprocess.run([*tmux, "capture-pane", "-p", "-e", "-S", "-", "-J"], capture_output=True, check=True,
+                                text=True).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+    control, rest = screen.split("==nocolor==", 1)
+    assert coloured(control)  # the control: the capture keeps a colour the pane showed
+    no_color, plain = rest.split("==plain==")
+    plain = plain.split("==end==")[0]
+    for part in (no_color, plain):
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", part)
+        assert not parse_step_lines(text) and "step:[" not in text, text[-2000:]  # no mindformers step line
+        assert "framework's info lines are in" in text and "console.log" in text
+        assert "run completed (exit 0" in text
+    assert "╭─ msmon" in no_color and not coloured(no_color), no_color[-2000:]
+    assert "msmon: step 20/20" in plain and "╭" not in plain
 
 
 def test_an_interrupted_run_ends_with_the_command_that_continues_it(canonical) -> None:

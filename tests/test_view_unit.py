@@ -20,7 +20,7 @@ from launch import pty_chunks
 from msmon.errors import MsmonError
 from msmon.util.jsonfiles import read_jsonl
 from msmon.view.compare import compare_runs, differing_keys
-from msmon.view.live import make_live_view, sparkline
+from msmon.view.live import sparkline
 from msmon.view.progress import PlainView, StepClock, plain_line
 from msmon.view.report import build_report
 from msmon.view.series import downsample, load_run, run_overrides
@@ -281,8 +281,7 @@ def test_overrides_of_the_run_command_count_as_config(tmp_path: Path) -> None:
 
 
 def test_plain_view_prints_one_line_per_record(capsys: pytest.CaptureFixture[str]) -> None:
-    view = make_live_view(console_is_terminal=False, plain=False, total_steps=100)
-    assert isinstance(view, PlainView)
+    view = PlainView(100)
     view.on_record({"step": 10, "time": 1.0, "loss": 2.5, "grad_norm": math.nan, "learning_rate": 5e-3})
     view.on_record({"step": 20, "time": 2.0, "loss": 2.25, "throughput": 4000.0})
     view.close()
@@ -292,15 +291,9 @@ def test_plain_view_prints_one_line_per_record(capsys: pytest.CaptureFixture[str
 
 
 def test_plain_view_defers_to_the_verbose_session_line(capsys: pytest.CaptureFixture[str]) -> None:
-    view = make_live_view(console_is_terminal=False, plain=True, total_steps=None, verbose=True)
+    view = PlainView(None, verbose=True)
     view.on_record({"step": 10, "time": 1.0, "loss": 2.5})
     assert capsys.readouterr().out == ""
-
-
-def test_plain_is_chosen_for_plain_flag_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isinstance(make_live_view(True, True, None), PlainView)
-    monkeypatch.setenv("NO_COLOR", "1")
-    assert isinstance(make_live_view(True, False, None), PlainView)
 
 
 def test_sparkline_and_clock() -> None:
@@ -314,20 +307,17 @@ def test_sparkline_and_clock() -> None:
 
 LIVE_SCRIPT = """
 import logging, math, pathlib, sys, tempfile, time
-from msmon.runner.console import ConsoleCapture
-from msmon.view.live import make_live_view, wants_panel
 log = logging.getLogger("mindformers_like")
 handler = logging.StreamHandler(sys.stdout)  # made before the view, like mindformers' own handler
 handler.setFormatter(logging.Formatter("MFLOG %(message)s"))
 log.addHandler(handler)
 log.setLevel(logging.INFO)
-capture = None
-if wants_panel(sys.stdout.isatty(), "--plain" in sys.argv):  # as the training process of msmon run does
-    capture = ConsoleCapture(pathlib.Path(tempfile.mkdtemp()) / "console.log")
-    view = make_live_view(True, False, 200, terminal=capture.terminal_stream())
-    capture.start(lambda: view.print_above)
-else:
-    view = make_live_view(False, "--plain" in sys.argv, 200)
+from msmon.runner.console import show_progress
+from msmon.runner.protocol import ViewOptions
+options = ViewOptions(plain="--plain" in sys.argv, framework_logs="--quiet" not in sys.argv, total_steps=200)
+progress = show_progress(options, pathlib.Path(tempfile.mkdtemp()) / "console.log", on_terminal=sys.stdout.isatty(),
+                         verbose=False)  # as the training process of msmon run does
+view, capture = progress.view, progress.capture
 late = logging.getLogger("made_while_the_panel_shows")  # like mindformers imported after the panel appeared
 late.addHandler(logging.StreamHandler(sys.stdout))
 for step in range(10, 210, 10):
@@ -386,7 +376,15 @@ def test_live_panel_on_a_pty_and_plain_lines_on_a_pipe(tmp_path: Path) -> None:
     assert len(lines) == 20 and lines[-1].startswith("msmon: step 200/200  loss 0.5664")
     assert "╭" not in piped.stdout and "\x1b[" not in piped.stdout
     no_color = run_in_pty([sys.executable, str(script)], env | {"NO_COLOR": "1"}).decode("utf-8", "replace")
-    assert "msmon: step 200/200" in no_color and "╭" not in no_color
+    assert "╭─ msmon" in no_color and "step 200/200" in no_color  # NO_COLOR removes colour, not the panel
+    assert not re.search(r"\x1b\[[0-9;]*(3[0-9]|9[0-7]|38;)[0-9;]*m", no_color), "a colour under NO_COLOR"
+    assert re.search(r"\x1b\[[0-9;]*(3[0-9]|9[0-7]|38;)[0-9;]*m", raw)  # the control: colours without it
+    quiet = ANSI.sub("", run_in_pty([sys.executable, str(script), "--quiet"], env).decode("utf-8", "replace"))
+    plain = ANSI.sub("", run_in_pty([sys.executable, str(script), "--plain", "--quiet"], env).decode("utf-8",
+                                                                                                      "replace"))
+    for shown in (quiet, plain):  # the quiet rule, with the panel and with plain lines: no info line, no print
+        assert "MFLOG step:" not in shown and "printed 10" not in shown and "framework's info lines are in" in shown
+    assert "msmon: step 200/200" in plain and "╭" not in plain
 
 
 def test_live_panel_stays_at_the_bottom_in_tmux(tmp_path: Path) -> None:

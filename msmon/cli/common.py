@@ -18,9 +18,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def color_enabled(stream: Any = None) -> bool:
-    """Colours only on a terminal and when NO_COLOR is unset."""
+    """Colours only on a terminal and when NO_COLOR is unset or empty (no-color.org)."""
     stream = stream or sys.stdout
-    return "NO_COLOR" not in os.environ and bool(getattr(stream, "isatty", lambda: False)())
+    return not os.environ.get("NO_COLOR") and bool(getattr(stream, "isatty", lambda: False)())
 
 
 def stdout_console() -> Console:

@@ -38,8 +38,9 @@ CLI_HEADER = """\
 | 130 | interrupted by SIGINT (Ctrl-C) |
 | 143 | interrupted by SIGTERM |
 
-No input produces a traceback; errors are one line on stderr naming the key or file and the fix.
-`MSMON_DEBUG=1` shows the traceback. Colours are off with `NO_COLOR` or when stdout is not a terminal.
+No input produces a traceback; errors are one line on stderr naming the key or file and the fix (`msmon validate`'s
+findings are its output: stdout). `MSMON_DEBUG=1` shows the traceback. Colours are off with `NO_COLOR` (set and
+not empty) or when stdout is not a terminal.
 """
 
 

@@ -86,7 +86,8 @@ def resume(
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Board port (0: a free one)."),
     keep_board: bool = typer.Option(False, "--keep-board", help="Leave the board running after training."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
-    plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel."),
+    plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live "
+                               "panel (the framework's output as quiet as under the panel)."),
     framework_logs: bool = typer.Option(False, "--framework-logs", help="All of the framework's output above the "
                                         "live panel."),
     report: bool = typer.Option(False, "--report", help="Write the HTML report when the run ends."),

@@ -54,7 +54,8 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue the run (its directory) from its latest complete "
                                 "checkpoint."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
-    plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel."),
+    plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel "
+                               "(the framework's output as quiet as under the panel)."),
     framework_logs: bool = typer.Option(
         False, "--framework-logs", help="Above the live panel, all of mindformers' and MindSpore's output (default: "
         "their warnings and errors; all of it is in <run>/logs/console.log)."),

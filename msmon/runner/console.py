@@ -1,4 +1,12 @@
-"""The training process's terminal output while the live panel shows: captured once, at the file descriptors.
+"""The training process's terminal output: one rule (``show_progress``), and the capture it needs.
+
+The rule (docs/run.md, "The terminal"): when neither stdout nor stderr is a terminal, the output is a log: plain
+progress lines on stdout, every framework line as written. On a terminal: the live panel (``--plain``: plain
+progress lines); above it or between them only the framework's warnings, errors and tracebacks and msmon's own
+lines (``--framework-logs``: every line); everything in ``logs/console.log``, which the first line names.
+``NO_COLOR`` (set and not empty, no-color.org) removes colour and nothing else.
+
+While the terminal shows progress the output is captured once, at the file descriptors.
 
 File descriptors 1 and 2 (Python's prints and logging, mindformers' handlers, MindSpore's C++ output) each
 go into a pipe of their own: writers on one descriptor never split the other's lines (a long multi-line log
@@ -15,8 +23,15 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
+
+from msmon.runner.framework_output import QuietFilter
+from msmon.runner.protocol import ViewOptions
+from msmon.util import internal_errors
+from msmon.view.live import LiveView, open_panel
+from msmon.view.progress import PlainView
 
 READ_SIZE = 65536
 Show = Callable[[str], None]
@@ -107,5 +122,33 @@ class ConsoleCapture:
                     self._log = None
         try:
             show(lines.decode("utf-8", errors="replace"))
-        except Exception:  # noqa: BLE001 - a broken view must not stop the pipe from draining
-            return
+        except Exception as exc:  # noqa: BLE001 - a broken view must not stop the pipe from draining
+            internal_errors.report("the terminal view", exc)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the writing rank shows: the session listener, the capture behind it (None: not a terminal) and the
+    stream for msmon's own warning lines (None: stderr, as it is)."""
+
+    view: PlainView | LiveView
+    capture: ConsoleCapture | None
+    stream: TextIO | PlainView | LiveView | None
+
+
+def show_progress(options: ViewOptions, console_log: Path, *, on_terminal: bool, verbose: bool) -> Progress:
+    """The one terminal rule of the module docstring, applied: the view, and the capture it needs, started."""
+    if not on_terminal:
+        return Progress(PlainView(options.total_steps, verbose=verbose), None, None)
+    capture = ConsoleCapture(console_log)
+    terminal = capture.terminal_stream()
+    view: PlainView | LiveView
+    if options.plain:
+        view = PlainView(options.total_steps, stream=terminal, verbose=verbose)
+    else:
+        view = open_panel(options.total_steps, terminal)
+    show = view.print_above
+    if not options.framework_logs:
+        show(f"msmon: the framework's info lines are in {console_log} (--framework-logs shows them here)\n")
+    capture.start(lambda: show if options.framework_logs else QuietFilter().wrap(show))
+    return Progress(view, capture, view)

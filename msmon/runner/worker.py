@@ -25,8 +25,7 @@ import yaml
 from msmon import layout
 from msmon.errors import ExitCode, describe
 from msmon.runner import stacks
-from msmon.runner.console import ConsoleCapture
-from msmon.runner.framework_output import QuietFilter
+from msmon.runner.console import ConsoleCapture, show_progress
 from msmon.runner.protocol import BackendAccounting, RankResult, RankSpec, SpecError, write_result
 from msmon.status import RunStatus, exit_code, rank_exit_code
 from msmon.util import internal_errors, logs
@@ -154,27 +153,16 @@ class Worker:
         logs.attach(logs.file_handler(path, prefix))
 
     def _add_view(self, verbose: bool) -> None:
-        """The writing rank of ``msmon run``: the live panel on a terminal (the console output captured once, here,
-        and printed above it), else plain progress lines."""
-        if self.rank != self.writer_rank:
+        """The writing rank of ``msmon run``: its progress on the terminal (msmon.runner.console.show_progress)."""
+        if self.rank != self.writer_rank or self.session is None:
             return
-        from msmon.view.live import make_live_view, open_panel, wants_panel
-
-        total, plain = self.spec.view.total_steps, self.spec.view.plain
         on_terminal = sys.stdout.isatty() or sys.stderr.isatty()
-        if not wants_panel(on_terminal, plain):
-            self.session.add_listener(make_live_view(False, plain, total, verbose=verbose))
-            return
-        capture = ConsoleCapture(self.run_dir / layout.CONSOLE_LOG)
-        view = open_panel(total, capture.terminal_stream())
-        # above the panel: only the framework's warnings and errors, unless --framework-logs (all is in the log)
-        if self.spec.view.framework_logs:
-            capture.start(lambda: view.print_above)
-        else:
-            capture.start(lambda: QuietFilter().wrap(view.print_above))
-        self.console = capture
-        self.stderr.setStream(cast(TextIO, view))  # a stream to logging: msmon's own lines go above the panel
-        self.session.add_listener(view)
+        progress = show_progress(self.spec.view, self.run_dir / layout.CONSOLE_LOG, on_terminal=on_terminal,
+                                 verbose=verbose)
+        self.console = progress.capture
+        if progress.stream is not None:  # msmon's own lines go where the progress is
+            self.stderr.setStream(cast(TextIO, progress.stream))
+        self.session.add_listener(progress.view)
 
     def _open_session(self, settings: Any, training: dict[str, Any]) -> None:
         if self.scheduler or not (settings.enable_monitor and settings.use_callback):

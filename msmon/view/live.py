@@ -9,7 +9,6 @@ above the panel. The panel's own thread does every bit of drawing.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -22,7 +21,7 @@ from rich.text import Text
 
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
-from msmon.view.progress import METRICS, PlainView, StepClock
+from msmon.view.progress import METRICS, StepClock
 
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY = 48
@@ -198,20 +197,6 @@ class LiveView:
             color = "red" if alert.get("severity") == "critical" else "yellow"
             text.append(f"\n! step {alert.get('step')} {alert.get('detector')}: {alert.get('message')}", style=color)
         return Panel(text, title="msmon", title_align="left", border_style="blue")
-
-
-def wants_panel(console_is_terminal: bool, plain: bool) -> bool:
-    """The panel needs a terminal; ``--plain`` and NO_COLOR ask for plain lines."""
-    return console_is_terminal and not plain and "NO_COLOR" not in os.environ
-
-
-def make_live_view(console_is_terminal: bool, plain: bool, total_steps: int | None, *, verbose: bool = False,
-                   terminal: TextIO | None = None) -> PlainView | LiveView:
-    """The listener `msmon run` adds to the session: a live panel drawn on ``terminal`` when the console is a
-    terminal, plain lines on stdout otherwise (also with ``--plain`` or NO_COLOR)."""
-    if not wants_panel(console_is_terminal, plain):
-        return PlainView(total_steps, verbose=verbose)
-    return open_panel(total_steps, terminal)
 
 
 def open_panel(total_steps: int | None, terminal: TextIO | None = None) -> LiveView:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections import deque
 from typing import Any, TextIO
 
@@ -66,21 +67,35 @@ def plain_line(record: dict[str, Any], clock: StepClock) -> str:
 
 
 class PlainView:
-    """Not a terminal, NO_COLOR or --plain: one plain line per logged step on stdout (none in verbose mode,
-    whose session already prints a line per logged step)."""
+    """Plain progress (not a terminal, or ``--plain``): one line per logged step on ``stream`` (stdout by default;
+    none in verbose mode, whose session already prints a line per logged step). Also a stream itself, so the
+    framework's kept lines and msmon's own warnings print between the progress lines, never inside one."""
 
     def __init__(self, total_steps: int | None, stream: TextIO | None = None, verbose: bool = False) -> None:
         self.clock = StepClock(total_steps)
         self.stream = stream
         self.verbose = verbose
+        self._lock = threading.Lock()
+
+    def print_above(self, text: str) -> None:
+        """Text from another writer (complete lines), printed whole."""
+        stream = self.stream or sys.stdout
+        with self._lock:
+            stream.write(text)
+            stream.flush()
+
+    def write(self, text: str) -> int:
+        """As a stream (for a logging handler)."""
+        self.print_above(text)
+        return len(text)
+
+    def flush(self) -> None:
+        """Every write is flushed."""
 
     def on_record(self, record: dict[str, Any]) -> None:
         self.clock.add_record(record)
-        if self.verbose:
-            return
-        stream = self.stream or sys.stdout
-        stream.write(plain_line(record, self.clock) + "\n")
-        stream.flush()
+        if not self.verbose:
+            self.print_above(plain_line(record, self.clock) + "\n")
 
     def on_alert(self, alert: dict[str, Any]) -> None:
         """Alerts are already logged by the health monitor; nothing to add on a plain stream."""
