@@ -176,6 +176,26 @@ def test_stop_all_and_ambiguous_stop(env: dict[str, str]) -> None:
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 
 
+def test_a_corrupt_board_record_is_reported_and_kept_never_taken_for_no_board(env: dict[str, str]) -> None:
+    """A cut or hand-edited $MSMON_HOME/boards.json: status, stop and a detached start each fail with one line
+    naming the file and the fix (exit 1), nothing starts, and the file is left as it was (its boards may run)."""
+    stub(env, "mindinsight", SERVING)
+    state = Path(env["MSMON_HOME"]) / "boards.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    for corrupt in ('{"boards": [{"backend": "mindinsight", "pid"', '{"boards": {"port": 8080}}'):
+        state.write_text(corrupt)
+        for args in (["board", "status"], ["board", "stop", "--all"],
+                     ["board", "start", "logs", "--port", "0", "--detach"]):
+            result = msmon(env, *args)
+            assert result.returncode == ExitCode.INVALID, (args, result.stderr)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"{state} is unreadable" in lines[0] and "delete it" in lines[0], lines
+            assert "Traceback" not in result.stderr and state.read_text() == corrupt
+        assert not Path(env["STUB_PIDFILE"]).exists()  # no board was started
+    state.write_text('{"boards": []}')
+    assert msmon(env, "board", "status").returncode == 0  # the control: a readable file
+
+
 def test_non_loopback_host(env: dict[str, str]) -> None:
     stub(env, "tensorboard", SERVING)
     result = msmon(env, "board", "start", "logs", "--backend", "tensorboard", "--host", "0.0.0.0", "--port", "0",

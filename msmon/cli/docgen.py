@@ -53,7 +53,10 @@ msmon reads its keys from the `monitor_config` section of a mindformers training
 Python dict given to the library API, `msmon.validate.validate_config(monitor_config={...})`).
 Every key has a default; `msmon validate CONFIG` shows the resolved values and where each came
 from (file, override, default, generated). Relative `save_dir` paths are relative to the working
-directory of `msmon run`. Types are strict: `"yes"` is not a bool and `true` is not an int.
+directory of `msmon run`. Types are strict: `"yes"` is not a bool and `true` is not an int. Two list keys also
+take one string, as mindformers' own YAMLs write them: `monitor_type: file` and `track_metrics: loss` are one-item
+lists (backend names also ignore case). The defaults below hold for a config with a `monitor_config` section;
+without one, monitoring is off (`enable_monitor` false, MS000).
 
 The same section may also hold mindformers' own keys; they keep their mindformers meaning, are
 passed to mindformers untouched, and msmon's keys are split off before mindformers sees the config

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from msmon.errors import MsmonError, describe
 from msmon.util.atomic import atomic_write_json
 from msmon.util.files import file_lock, msmon_home
 from msmon.util.jsonfiles import read_json_object
@@ -27,25 +28,32 @@ class BoardRecord:
     started: str  # ISO 8601
 
 
+STATE_FIX = ("fix it or delete it; the boards it recorded may still run: "
+             "ps -ef | grep -E 'mindinsight|tensorboard'")
+
+
 def state_path() -> Path:
     return msmon_home() / "boards.json"
 
 
 def _read(path: Path) -> list[BoardRecord]:
+    """The records in ``path`` (none when it does not exist); MsmonError when it cannot be read: a corrupt file is
+    never taken for "no board" (the boards it lists may still run, and a write would drop them)."""
     try:
-        boards = read_json_object(path).get("boards")
-    except (OSError, ValueError):
+        data = read_json_object(path)
+    except FileNotFoundError:
         return []
+    except (OSError, ValueError) as exc:
+        raise MsmonError(f"{path} is unreadable: {describe(exc)}", STATE_FIX) from exc
+    boards = data.get("boards", [])
     names = {f.name for f in fields(BoardRecord)}
-    records = []
-    for item in boards if isinstance(boards, list) else []:
-        if isinstance(item, dict) and names <= item.keys():
-            records.append(BoardRecord(**{k: item[k] for k in names}))
-    return records
+    if not isinstance(boards, list) or not all(isinstance(item, dict) and names <= item.keys() for item in boards):
+        raise MsmonError(f"{path} is unreadable: 'boards' is not a list of board records", STATE_FIX)
+    return [BoardRecord(**{k: item[k] for k in names}) for item in boards]
 
 
 def load_records() -> list[BoardRecord]:
-    """The recorded boards (an unreadable or missing file reads as none)."""
+    """The recorded boards (a missing file: none; MsmonError when it cannot be read)."""
     return _read(state_path())
 
 
