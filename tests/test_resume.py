@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 from conftest import run_msmon
+from helpers_chat import RobotServer
 from helpers_ranks import processes_of
 from helpers_training import PROJECTS, QUICKSTARTS, mindformers_step_lines, parse_step_lines, write_quickstart_config
 from launch import Launched, records
@@ -173,11 +174,21 @@ def _generated_run_dir(project: Path) -> Path | None:
     return found[0] if found else None
 
 
-def test_a_training_killed_like_the_oom_killer_does_is_restarted_from_its_last_checkpoint(tmp_path: Path) -> None:
+def test_a_training_killed_like_the_oom_killer_does_is_restarted_from_its_last_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One process, `--max-restarts 1`: SIGKILL after a checkpoint at step 60 or later (as the OOM killer does); it
     restarts from that checkpoint after one restart alert and completes: one curve, the steps trained twice with the
-    same loss. (A hang stopped by the stall detector, then restarted: the two-rank test of test_run_ranks.py.)"""
-    config, run_dir = _config(tmp_path, "legacy", log_interval=10, monitor_type=["file"])
+    same loss. The team's DingTalk robot (a local stand-in that checks the signature) hears of the kill from the
+    `msmon run` parent, which outlived the killed training, and then of the run's end; neither the robot's URL
+    token nor its secret is in any file of the run. (A hang stopped by the stall detector, then restarted: the
+    two-rank test of test_run_ranks.py.)"""
+    robots = RobotServer({"dingtalk": "SECkill-test-3"})
+    monkeypatch.setenv("MSMON_TEST_ROBOT_URL", robots.url("dingtalk"))
+    monkeypatch.setenv("MSMON_TEST_ROBOT_SECRET", "SECkill-test-3")
+    chat = [{"service": "dingtalk", "url": "${oc.env:MSMON_TEST_ROBOT_URL}", "secret_env": "MSMON_TEST_ROBOT_SECRET",
+             "min_interval_s": 0}]
+    config, run_dir = _config(tmp_path, "legacy", log_interval=10, monitor_type=["file"],
+                              health={"alerts": {"chat": chat}})
     started = Launched.start(tmp_path, "run", str(config), "--plain", "--max-restarts", "1", "--restart-backoff", "1")
     try:
         wait_for_checkpoint(started.wait_for, run_dir, step=60, checkpoint=60)
@@ -186,6 +197,15 @@ def test_a_training_killed_like_the_oom_killer_does_is_restarted_from_its_last_c
         assert started.finish(900) == 0, started.output[-3000:]
     finally:
         started.kill()
+        robots.close()
+    told = [body["markdown"]["text"] for _, body in robots.received["dingtalk"]]
+    assert robots.refused == 0 and len(told) == 2, told
+    assert told[0].startswith("### msmon warning: restart at step") and "code -9" in told[0]
+    assert told[1].startswith("### msmon: run resumed completed") and f"- **last step**: {STEPS} of {STEPS}" in told[1]
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            data = path.read_bytes()
+            assert b"t0ken" not in data and b"SECkill-test-3" not in data, path
     alerts = records(run_dir, "alerts.jsonl")
     assert [(a["detector"], a["action"]) for a in alerts] == [("restart", "restart")], alerts
     assert alerts[0]["values"]["resumed_from_step"] == saved >= 60 and "HEALTH ALERT [warning]" in started.output

@@ -139,6 +139,9 @@ def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str, st
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         check = "; ".join(filter(None, [range_text(f.metadata), f.metadata.get("check", "")]))
         rows.append((key, _type_name(tp), default, f.metadata.get("doc", ""), check))
+        (item,) = typing.get_args(tp) if typing.get_origin(tp) is list else (None,)
+        if isinstance(item, type) and dataclasses.is_dataclass(item):  # the keys of each item of the list
+            rows.extend(field_docs(item, key + "[]."))
     return rows
 
 

@@ -115,12 +115,25 @@ class StallSettings:
     poll_s: float = doc(0.5, "how often msmon run's parent reads the ranks' heartbeats", at_least=0.05)
 
 
+ChatService = Literal["feishu", "lark", "dingtalk", "wecom", "slack"]
+
+
+@dataclass(frozen=True)
+class ChatTarget:
+    service: ChatService = doc("slack", "feishu, lark, dingtalk, wecom or slack (docs/health.md, \"Team chat\")")
+    url: str = doc("", "the robot's webhook URL (write it as ${oc.env:NAME}: it is a secret)", "MS809")
+    secret_env: str | None = doc(None, "environment variable holding the signing secret (feishu, dingtalk)", "MS809")
+    min_interval_s: float | None = doc(None, "seconds between two messages; default the service's limit",
+                                       at_least=0.0)
+
+
 @dataclass(frozen=True)
 class AlertSettings:
     webhook_url: str | None = doc(None, "HTTP(S) URL that receives each alert as a JSON POST (its own thread)", "MS802")
     webhook_timeout_s: float = doc(5.0, "timeout of one webhook POST", above=0.0)
     command: list[str] | None = doc(None, "argv run for each alert (own thread); the alert JSON is on stdin", "MS803")
     command_timeout_s: float = doc(30.0, "the command hook is killed after this many seconds", above=0.0)
+    chat: list[ChatTarget] = doc([], "team chat robots that get each alert and the run's end", "MS809")
     queue_size: int = doc(100, "alerts waiting for the webhook or the command; beyond it they are dropped", at_least=1)
     rate_limit_s: float = doc(
         300.0, "minimum seconds between two alerts of one detector (critical beats warning)", at_least=0.0

@@ -54,7 +54,7 @@ class _Listener:
 
 
 def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
-    """alerts.jsonl, the console, the backends, and the optional webhook and command hook."""
+    """alerts.jsonl, the console, the backends, and the optional webhook, command hook and chat robots."""
     alerts = settings.health.alerts
     sinks: list[Sink] = [AlertFile(Path(run_dir) / layout.ALERTS), ConsoleSink()]
     if hasattr(session, "emit_alert"):
@@ -63,6 +63,11 @@ def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
         sinks.append(WebhookSink(alerts.webhook_url, alerts.webhook_timeout_s, alerts.queue_size))
     if alerts.command:
         sinks.append(CommandSink(alerts.command, alerts.command_timeout_s, alerts.queue_size))
+    if alerts.chat:
+        from msmon.health.chat.sink import ChatSink
+
+        sinks.extend(ChatSink(target, Path(run_dir), alerts.webhook_timeout_s, alerts.queue_size)
+                     for target in alerts.chat)
     return sinks
 
 

@@ -220,10 +220,25 @@ class Run:
         except OSError as exc:
             logger.error("msmon: cannot write %s: %s", self.plan.run_dir / self.plan.request.run_json, describe(exc))
         logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, summed.last_step)
+        self._tell_the_chat(status, int(code), error)
         if self._log_handler is not None:
             logs.detach(self._log_handler)
             self._log_handler = None
         return Outcome(status, code, self.plan.run_dir, error, summed.last_step)
+
+
+    def _tell_the_chat(self, status: RunStatus, code: int, error: str | None) -> None:
+        """The run-ended message to every chat robot (node 0 only), from this process, which outlives the
+        training: a training killed by SIGKILL or the OOM killer is reported too."""
+        alerts = self.plan.settings.health.alerts
+        if not alerts.chat or self.plan.request.joins_run:
+            return
+        from msmon.health.chat.sink import ended_message, send_ended
+
+        info = self.info
+        message = ended_message(self.plan.run_dir, status, code, info.get("last_step"), info.get("total_steps"),
+                                int(info.get("alert_count") or 0), error)
+        send_ended(alerts.chat, self.plan.run_dir, message, alerts.webhook_timeout_s)
 
 
 def run(plan: RunPlan, say: Callable[[str], None], view: ViewOptions) -> Outcome:

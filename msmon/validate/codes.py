@@ -67,6 +67,8 @@ CODES: dict[str, str] = {
     "MS806": "lr_end (min_lr) above the peak learning rate of a decaying schedule",
     "MS807": "warning: the warm-up is as long as the run or longer (warmup_ratio above 1, or warmup steps >= steps)",
     "MS808": "warning: a decaying schedule's total_steps differs from the steps the data and batch size give",
+    "MS809": "a health.alerts.chat target: its url is not an http(s) URL; warning: its secret_env is unset, or a "
+             "signing secret for a service without signatures",
     "MS901": "doctor, warning: Python is not 3.11",
     "MS902": "doctor: MindSpore or mindformers is not installed (`msmon run` stops on it)",
     "MS903": "doctor: this mindformers release imports an unpublished package that is missing (`msmon run` stops)",

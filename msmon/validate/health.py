@@ -1,13 +1,15 @@
 """Checks of ``monitor_config.health`` beyond types (MS8xx): the ranges its fields declare, the webhook URL,
-the command hook, and whether the learning-rate schedule can be read."""
+the chat robots, the command hook, and whether the learning-rate schedule can be read."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
 from msmon.config.coerce import range_findings
+from msmon.config.health import ChatTarget
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 
@@ -27,6 +29,7 @@ def check_health(ctx: CheckContext) -> list[Finding]:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             found.append(error("MS802", f"{BASE}.alerts.webhook_url", f"webhook_url {url!r} is not an http(s) URL",
                                "write e.g. https://hooks.example.com/msmon"))
+    found += _chat_findings(settings.alerts.chat)
     command = settings.alerts.command
     if command is not None:
         if not command or not command[0].strip():
@@ -39,4 +42,22 @@ def check_health(ctx: CheckContext) -> list[Finding]:
     if lr.enabled and lr.peak is None and not (isinstance(schedule, Mapping) and schedule.get("learning_rate")):
         found.append(warning("MS804", f"{BASE}.learning_rate", "no lr_schedule.learning_rate: the learning-rate "
                              "checks can only catch negative or non-finite values", "set learning_rate.peak"))
+    return found
+
+
+def _chat_findings(targets: list[ChatTarget]) -> list[Finding]:
+    """MS809: a chat robot's URL, and the secret it signs with."""
+    found = []
+    for index, target in enumerate(targets):
+        where = f"{BASE}.alerts.chat[{index}]"
+        parsed = urlparse(target.url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            found.append(error("MS809", f"{where}.url", f"{target.service} url {target.url!r} is not an http(s) URL",
+                               "write the robot's webhook URL, as ${oc.env:NAME}"))
+        if target.secret_env and target.service in ("wecom", "slack"):
+            found.append(warning("MS809", f"{where}.secret_env", f"{target.service} robots are not signed: "
+                                 "secret_env is not used", "remove secret_env"))
+        elif target.secret_env and not os.environ.get(target.secret_env):
+            found.append(warning("MS809", f"{where}.secret_env", f"{target.secret_env} is not set here: messages "
+                                 "go unsigned and a signed robot refuses them", f"export {target.secret_env}=..."))
     return found
