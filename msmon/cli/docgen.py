@@ -72,7 +72,7 @@ def render_config() -> str:
     """docs/config.md: every key with its type, default, meaning and check; the metrics; the finding codes."""
     lines = [CONFIG_HEADER.rstrip("\n"), "", ", ".join(f"`{k}`" for k in sorted(MINDFORMERS_MONITOR_KEYS)), ""]
     lines += ["## msmon's keys", "", "| key | type | default | meaning | check |", "|---|---|---|---|---|"]
-    for key, type_name, default, meaning, check in field_docs(MonitorSettings):
+    for key, type_name, default, meaning, check in field_docs(MonitorSettings, with_items=True):
         shown = json.dumps(default)
         escaped = type_name.replace("|", "\\|")
         lines.append(f"| `{key}` | {escaped} | `{shown}` | {meaning} | {check} |")

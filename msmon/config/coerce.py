@@ -126,22 +126,23 @@ def build(cls: type[T], data: Mapping[str, Any], path: str, ignore: Iterable[str
     return cls(**kwargs), findings
 
 
-def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str, str]]:
-    """(dotted key, type, default, meaning, allowed range and check code) for every leaf key of a settings class."""
+def field_docs(cls: type, prefix: str = "", *, with_items: bool = False) -> list[tuple[str, str, Any, str, str]]:
+    """(dotted key, type, default, meaning, allowed range and check code) for every leaf key of a settings class;
+    ``with_items`` (the docs): also the keys of each item of a list of sections (``health.alerts.chat[].url``)."""
     rows: list[tuple[str, str, Any, str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            rows.extend(field_docs(tp, key + "."))
+            rows.extend(field_docs(tp, key + ".", with_items=with_items))
             continue
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         check = "; ".join(filter(None, [range_text(f.metadata), f.metadata.get("check", "")]))
         rows.append((key, _type_name(tp), default, f.metadata.get("doc", ""), check))
         (item,) = typing.get_args(tp) if typing.get_origin(tp) is list else (None,)
-        if isinstance(item, type) and dataclasses.is_dataclass(item):  # the keys of each item of the list
-            rows.extend(field_docs(item, key + "[]."))
+        if with_items and isinstance(item, type) and dataclasses.is_dataclass(item):
+            rows.extend(field_docs(item, key + "[].", with_items=True))
     return rows
 
 
