@@ -128,18 +128,17 @@ class ConsoleCapture:
 
 @dataclass(frozen=True)
 class Progress:
-    """What the writing rank shows: the session listener, the capture behind it (None: not a terminal) and the
-    stream for msmon's own warning lines (None: stderr, as it is)."""
+    """What the writing rank shows: the session listener, and the capture behind it (None: not a terminal; then
+    msmon's own warning lines stay on stderr, else they go to the view, a stream too)."""
 
     view: PlainView | LiveView
     capture: ConsoleCapture | None
-    stream: TextIO | PlainView | LiveView | None
 
 
 def show_progress(options: ViewOptions, console_log: Path, *, on_terminal: bool, verbose: bool) -> Progress:
     """The one terminal rule of the module docstring, applied: the view, and the capture it needs, started."""
     if not on_terminal:
-        return Progress(PlainView(options.total_steps, verbose=verbose), None, None)
+        return Progress(PlainView(options.total_steps, verbose=verbose), None)
     capture = ConsoleCapture(console_log)
     terminal = capture.terminal_stream()
     view: PlainView | LiveView
@@ -151,4 +150,4 @@ def show_progress(options: ViewOptions, console_log: Path, *, on_terminal: bool,
     if not options.framework_logs:
         show(f"msmon: the framework's info lines are in {console_log} (--framework-logs shows them here)\n")
     capture.start(lambda: show if options.framework_logs else QuietFilter().wrap(show))
-    return Progress(view, capture, view)
+    return Progress(view, capture)

@@ -160,8 +160,8 @@ class Worker:
         progress = show_progress(self.spec.view, self.run_dir / layout.CONSOLE_LOG, on_terminal=on_terminal,
                                  verbose=verbose)
         self.console = progress.capture
-        if progress.stream is not None:  # msmon's own lines go where the progress is
-            self.stderr.setStream(cast(TextIO, progress.stream))
+        if progress.capture is not None:  # msmon's own lines go where the progress is
+            self.stderr.setStream(cast(TextIO, progress.view))
         self.session.add_listener(progress.view)
 
     def _open_session(self, settings: Any, training: dict[str, Any]) -> None:
