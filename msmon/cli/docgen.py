@@ -51,6 +51,7 @@ CONFIG_HEADER = """\
 
 msmon reads its keys from the `monitor_config` section of a mindformers training YAML (or from a
 Python dict given to the library API, `msmon.validate.validate_config(monitor_config={...})`).
+A YAML without the section: `msmon init CONFIG` appends a starting one (comments kept, a backup first).
 Every key has a default; `msmon validate CONFIG` shows the resolved values and where each came
 from (file, override, default, generated). Relative `save_dir` paths are relative to the working
 directory of `msmon run`. Types are strict: `"yes"` is not a bool and `true` is not an int. Two list keys also

@@ -14,6 +14,7 @@ from msmon.cli import (
     compare,
     doctor,
     export,
+    init,
     replay,
     report,
     resume,
@@ -48,7 +49,8 @@ def _root(
     """Launch, validate and watch MindSpore Transformers (mindformers) training runs."""
 
 
-for module in (validate, run, export, resume, board, backup, runs, status, clean, replay, report, compare, doctor):
+for module in (validate, init, run, export, resume, board, backup, runs, status, clean, replay, report, compare,
+               doctor):
     module.register(app)
 
 

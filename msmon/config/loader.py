@@ -122,7 +122,8 @@ def read_config_text(path: str | os.PathLike[str]) -> str:
     except UnicodeDecodeError as exc:
         raise MsmonError(f"{file}: not UTF-8 text (byte {exc.start})", "save the YAML as UTF-8") from exc
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
-        raise MsmonError(f"{file}: the file is empty", "write a training YAML (see configs/quickstart_cpu.yaml)")
+        raise MsmonError(f"{file}: the file is empty",
+                         "write a training YAML (mindformers ships them in configs/); msmon init FILE adds monitoring")
     return text
 
 

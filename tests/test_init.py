@@ -1,0 +1,72 @@
+"""`msmon init CONFIG` on a real training YAML (one mindformers ships): a starting monitor_config appended with
+every comment and line of the file kept, a backup copy first, and a config that validates; refusals leave the file
+untouched."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from msmon.config.loader import load_config
+from msmon.validate.validator import validate
+
+
+def shipped(name: str) -> Path:
+    spec = importlib.util.find_spec("mindformers")
+    assert spec is not None and spec.origin
+    found = sorted((Path(spec.origin).parents[1] / "configs").rglob(name))
+    if not found:
+        pytest.skip(f"this mindformers ships no {name}")
+    return found[0]
+
+
+def msmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "msmon", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_init_adds_a_section_that_validates_and_keeps_the_file(tmp_path: Path) -> None:
+    original = shipped("pretrain_qwen3_32b_4k.yaml").read_text(encoding="utf-8")
+    data_dir = tmp_path / "wiki103"
+    data_dir.mkdir()
+    text = original.replace("/path/to/wiki103-megatron_text_document", str(data_dir / "text_document"))
+    (data_dir / "text_document.bin").write_bytes(b"")
+    (data_dir / "text_document.idx").write_bytes(b"")
+    config = tmp_path / "pretrain_qwen3.yaml"
+    config.write_text(text, encoding="utf-8")
+    config.chmod(0o640)
+    assert "MS000" in {f.code for f in validate(load_config(config)).findings}  # the control: no section yet
+    result = msmon("init", str(config), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    written = config.read_text(encoding="utf-8")
+    assert written.startswith(text) and "# msmon: what to watch" in written  # every line and comment kept
+    assert (config.stat().st_mode & 0o777) == 0o640
+    copies = list((tmp_path / "monitor_config_backup").glob("pretrain_qwen3_*.yaml"))
+    assert len(copies) == 1 and copies[0].read_text(encoding="utf-8") == text
+    assert "valid" in result.stdout and "added monitor_config to" in result.stdout
+    section = yaml.safe_load(written)["monitor_config"]
+    assert section["project_name"] == "pretrain_qwen3" and section["health"]["nonfinite"]["action"] == "stop"
+    checked = validate(load_config(config))
+    assert checked.valid and checked.settings.enable_monitor, [f.message for f in checked.findings]
+    again = msmon("init", str(config), cwd=tmp_path)
+    assert again.returncode == 1 and "already has a monitor_config section" in again.stderr
+    assert config.read_text(encoding="utf-8") == written and "Traceback" not in again.stderr
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "no such file"), ("a: [1, 2\n", "is not valid YAML"), ("- just\n- a list\n", "not a training YAML"),
+])
+def test_init_refuses_what_it_cannot_extend_and_writes_nothing(tmp_path: Path, content: str | None,
+                                                                says: str) -> None:
+    config = tmp_path / "train.yaml"
+    if content is not None:
+        config.write_text(content)
+    result = msmon("init", str(config), cwd=tmp_path)
+    assert result.returncode == 1 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "monitor_config_backup").exists()
+    assert (config.read_text() if content is not None else None) == content
