@@ -5,6 +5,7 @@ SIGKILL, sent by the real `msmon run` parent: test_resume.py.)"""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -123,10 +124,13 @@ def test_a_hanging_endpoint_never_holds_the_caller_beyond_the_budget() -> None:
 
 def test_the_run_ended_message_says_how_it_ended() -> None:
     killed = ended_message(RUN, RunStatus.FAILED, 3, 57, 400, 2,
-                           "the training process exited with code -9 without a result")
+                           "the training process exited with code -9 without a result", killed_by=signal.SIGKILL)
     assert killed.title == "msmon: run llama_tiny_1 killed (SIGKILL or the OOM killer)"
     assert killed.severity == "critical"
     assert ("last step", "57 of 400") in killed.lines and killed.command == f"msmon report {RUN}"
     stopped = ended_message(RUN, RunStatus.STOPPED_BY_MONITOR, 4, 120, 400, 1, "stall at step 120: ...")
     assert stopped.title.endswith("stopped by monitor") and stopped.severity == "warning"
     assert ended_message(RUN, RunStatus.COMPLETED, 0, 400, 400, 0, None).severity == "info"
+    assert ended_message(RUN, RunStatus.FAILED, 3, 9, 400, 0, "x", killed_by=signal.SIGTERM).title.endswith(
+        "killed (SIGTERM)")
+    assert ended_message(RUN, RunStatus.FAILED, 1, 9, 400, 0, "a Python error").title.endswith(" failed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -142,6 +143,21 @@ def test_a_users_launch_that_trained_nothing_fails_unless_it_was_stopped(tmp_pat
     failed = results.decide({}, stop_requested=False, **kwargs)
     assert failed.status is RunStatus.FAILED and failed.error.startswith("python exited with code 0 and no process")
     assert results.decide({}, stop_requested=True, **kwargs).status is RunStatus.INTERRUPTED
+
+
+def test_a_training_process_killed_by_a_signal_says_which_through_the_ending(tmp_path: Path) -> None:
+    """The signal that ended a training process without a result is typed (RunResult.killed_by), not read back
+    from the error text: the run's Ending carries it to the chat's end message."""
+    from msmon.runner.lifecycle import Lifecycle
+
+    kwargs = {"ranks_here": [0], "distributed": False, "where": tmp_path, "stop_requested": False}
+    killed = results.decide({}, returncode=-signal.SIGKILL, **kwargs)
+    assert killed.status is RunStatus.FAILED and killed.killed_by == signal.SIGKILL and "code -9" in killed.error
+    assert results.decide({}, returncode=1, **kwargs).killed_by is None  # a crash is no kill
+    life = Lifecycle(max_restarts=0)
+    life.begin_attempt()
+    life.attempt_ended(killed, monitor_stop=None, progressed=True)
+    assert life.ending().killed_by == signal.SIGKILL
 
 
 def test_totals_add_up_over_ranks(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ class Ending:
     status: RunStatus
     error: str | None
     exit_code: ExitCode
+    killed_by: int | None = None  # the signal that killed the last attempt's training process (it failed so)
 
 
 def judge(result: RunResult, monitor_stop: str | None) -> RunResult:
@@ -126,4 +127,5 @@ class Lifecycle:
             status, error = RunStatus.INTERRUPTED, None
         if status is RunStatus.INTERRUPTED:
             error = f"forced by a second {self.forced_by}" if self.forced_by is not None else None
-        return Ending(status, error, self.exit_code(status))
+        killed_by = self.result.killed_by if status is RunStatus.FAILED else None
+        return Ending(status, error, self.exit_code(status), killed_by)

@@ -17,6 +17,7 @@ class RunResult:
 
     status: RunStatus
     error: str | None = None
+    killed_by: int | None = None  # the signal that ended the training process when it left no result (SIGKILL: OOM)
 
 
 def decide(
@@ -45,8 +46,9 @@ def decide(
     missing = [rank for rank in ranks_here if rank not in results]
     if missing or (returncode != 0 and not distributed):
         of = f" of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if distributed else ""
+        killed_by = -returncode if returncode is not None and returncode < 0 else None
         return RunResult(RunStatus.FAILED, f"the training process exited with code {returncode} without a "
-                                           f"result{of} (see {where})")
+                                           f"result{of} (see {where})", killed_by)
     return RunResult(RunStatus.COMPLETED)
 
 

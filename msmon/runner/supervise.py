@@ -186,7 +186,7 @@ class Run:
         try:
             self.attempts.run_all()
             ending = self.lifecycle.ending()
-            return self.finish(ending.status, error=ending.error)
+            return self.finish(ending.status, error=ending.error, killed_by=ending.killed_by)
         finally:
             self.restore_signals()
 
@@ -194,7 +194,7 @@ class Run:
     def exit_code(self, status: RunStatus) -> int:
         return int(self.lifecycle.exit_code(status))
 
-    def finish(self, status: RunStatus, error: str | None = None) -> Outcome:
+    def finish(self, status: RunStatus, error: str | None = None, killed_by: int | None = None) -> Outcome:
         """Stop the board, write the final run.json (once; the space reserved at the start is released first,
         so a full disk cannot stop it)."""
         code = self.exit_code(status)
@@ -220,14 +220,14 @@ class Run:
         except OSError as exc:
             logger.error("msmon: cannot write %s: %s", self.plan.run_dir / self.plan.request.run_json, describe(exc))
         logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, summed.last_step)
-        self._tell_the_chat(status, int(code), error)
+        self._tell_the_chat(status, int(code), error, killed_by)
         if self._log_handler is not None:
             logs.detach(self._log_handler)
             self._log_handler = None
         return Outcome(status, code, self.plan.run_dir, error, summed.last_step)
 
 
-    def _tell_the_chat(self, status: RunStatus, code: int, error: str | None) -> None:
+    def _tell_the_chat(self, status: RunStatus, code: int, error: str | None, killed_by: int | None) -> None:
         """The run-ended message to every chat robot (node 0 only), from this process, which outlives the
         training: a training killed by SIGKILL or the OOM killer is reported too."""
         alerts = self.plan.settings.health.alerts
@@ -237,7 +237,7 @@ class Run:
 
         info = self.info
         message = ended_message(self.plan.run_dir, status, code, info.get("last_step"), info.get("total_steps"),
-                                int(info.get("alert_count") or 0), error)
+                                int(info.get("alert_count") or 0), error, killed_by)
         send_ended(alerts.chat, self.plan.run_dir, message, alerts.webhook_timeout_s)
 
 

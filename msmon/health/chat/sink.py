@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import urllib.request
 from collections import Counter
@@ -115,10 +116,14 @@ class ChatSink(AsyncSink):
 
 
 def ended_message(run_dir: Path, status: RunStatus, exit_code: int, last_step: int | None, total_steps: int | None,
-                  alerts: int, error: str | None) -> ChatMessage:
-    """The run-ended message: completed / failed / stopped by the monitor / interrupted / killed."""
-    killed = bool(error and ("code -9" in error or "SIGKILL" in error))
-    how = "killed (SIGKILL or the OOM killer)" if killed else status.value.replace("_", " ")
+                  alerts: int, error: str | None, killed_by: int | None = None) -> ChatMessage:
+    """The run-ended message: completed / failed / stopped by the monitor / interrupted / killed (``killed_by``:
+    the signal that ended the training process, runner.results.RunResult)."""
+    how = status.value.replace("_", " ")
+    if killed_by == signal.SIGKILL:
+        how = "killed (SIGKILL or the OOM killer)"
+    elif killed_by is not None:
+        how = f"killed ({signal.Signals(killed_by).name if killed_by in signal.valid_signals() else killed_by})"
     steps = f"{last_step if last_step is not None else '-'}" + (f" of {total_steps}" if total_steps else "")
     lines = [("run", run_dir.name), ("status", how), ("exit code", str(exit_code)), ("last step", steps),
              ("alerts", str(alerts))]
