@@ -78,6 +78,17 @@ class BackendSink:
         """Nothing to wait for."""
 
 
+def post_json(url: str, body: str, timeout_s: float, content_type: str = "application/json") -> bytes:
+    """POST ``body`` (JSON text) to ``url``; the answer's body. The URLs are the user's webhook and chat robots,
+    which validate (MS802, MS809) allows as http(s) only."""
+    request = urllib.request.Request(  # noqa: S310 - see the docstring
+        url, data=body.encode("utf-8"), method="POST",
+        headers={"Content-Type": content_type, "User-Agent": "msmon"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - see the docstring
+        return bytes(response.read())
+
+
 class AsyncSink:
     """A daemon thread delivering alerts from a bounded queue; ``deliver`` may block, training never does."""
 
@@ -147,12 +158,7 @@ class WebhookSink(AsyncSink):
         super().__init__("webhook", queue_size, close_timeout_s=timeout_s + 1.0)
 
     def deliver(self, alert: Alert) -> None:
-        request = urllib.request.Request(  # noqa: S310 - the user's webhook; validate (MS802) allows http(s) only
-            self.url, data=alert.to_json().encode("utf-8"), method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": "msmon"},
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - see the Request above
-            response.read()
+        post_json(self.url, alert.to_json(), self.timeout_s)
 
 
 class CommandSink(AsyncSink):

@@ -24,11 +24,9 @@ def check_health(ctx: CheckContext) -> list[Finding]:
         return []
     found = range_findings(settings, BASE, "MS801", "see docs/health.md")
     url = settings.alerts.webhook_url
-    if url is not None:
-        parsed = urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            found.append(error("MS802", f"{BASE}.alerts.webhook_url", f"webhook_url {url!r} is not an http(s) URL",
-                               "write e.g. https://hooks.example.com/msmon"))
+    if url is not None and not is_http_url(url):
+        found.append(error("MS802", f"{BASE}.alerts.webhook_url", f"webhook_url {url!r} is not an http(s) URL",
+                           "write e.g. https://hooks.example.com/msmon"))
     found += _chat_findings(settings.alerts.chat)
     command = settings.alerts.command
     if command is not None:
@@ -45,13 +43,17 @@ def check_health(ctx: CheckContext) -> list[Finding]:
     return found
 
 
+def is_http_url(url: str) -> bool:
+    parsed = urlparse(url)
+    return parsed.scheme in ("http", "https") and bool(parsed.netloc)
+
+
 def _chat_findings(targets: list[ChatTarget]) -> list[Finding]:
     """MS809: a chat robot's URL, and the secret it signs with."""
     found = []
     for index, target in enumerate(targets):
         where = f"{BASE}.alerts.chat[{index}]"
-        parsed = urlparse(target.url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        if not is_http_url(target.url):
             found.append(error("MS809", f"{where}.url", f"{target.service} url {target.url!r} is not an http(s) URL",
                                "write the robot's webhook URL, as ${oc.env:NAME}"))
         if target.secret_env and target.service in ("wecom", "slack"):

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from msmon.config.health import ChatTarget
 from msmon.health.alert import Alert
 from msmon.health.chat import ChatMessage, dingtalk, feishu, slack, wecom
-from msmon.health.sinks import AsyncSink
+from msmon.health.sinks import AsyncSink, post_json
 from msmon.status import RunStatus
 from msmon.util.numbers import fmt_number
 
@@ -94,12 +93,9 @@ class ChatSink(AsyncSink):
             time.sleep(wait)
         secret = os.environ.get(self.target.secret_env) if self.target.secret_env else None
         url, body = self.service.request(self.target.url, message, secret, time.time())
-        request = urllib.request.Request(  # noqa: S310 - the user's chat robot; validate (MS809) allows http(s) only
-            url, data=json.dumps(body, ensure_ascii=False).encode("utf-8"), method="POST",
-            headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "msmon"})
         self._last = time.monotonic()
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - see above
-            refusal = rejected(self.target.service, response.read())
+        answer = post_json(url, json.dumps(body, ensure_ascii=False), self.timeout_s, "application/json; charset=utf-8")
+        refusal = rejected(self.target.service, answer)
         if refusal is not None:
             raise RuntimeError(f"the robot refused the message ({refusal})")
         self.sent.append(message)
