@@ -30,13 +30,38 @@ def msmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def test_init_adds_a_section_that_validates_and_keeps_the_file(tmp_path: Path) -> None:
-    original = shipped("pretrain_qwen3_32b_4k.yaml").read_text(encoding="utf-8")
+def without_section(text: str) -> str:
+    """``text`` without its top-level ``monitor_config`` block (every other line as it was)."""
+    kept, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("monitor_config:"):
+            inside = True
+        elif inside and line[:1] not in (" ", "#", "\n", ""):
+            inside = False
+        if not inside:
+            kept.append(line)
+    return "".join(kept)
+
+
+def mcore_yaml(tmp_path: Path) -> str:
+    """mindformers' own Qwen3 pretraining YAML (mcore), its dataset pointed at a directory that exists."""
     data_dir = tmp_path / "wiki103"
     data_dir.mkdir()
-    text = original.replace("/path/to/wiki103-megatron_text_document", str(data_dir / "text_document"))
     (data_dir / "text_document.bin").write_bytes(b"")
     (data_dir / "text_document.idx").write_bytes(b"")
+    return shipped("pretrain_qwen3_32b_4k.yaml").read_text(encoding="utf-8").replace(
+        "/path/to/wiki103-megatron_text_document", str(data_dir / "text_document"))
+
+
+def legacy_yaml(tmp_path: Path) -> str:
+    """The legacy Llama quickstart without its monitor_config section (mindformers 1.9 ships no legacy train YAML)."""
+    return without_section((Path(__file__).resolve().parents[1] / "configs" / "quickstart_cpu.yaml").read_text())
+
+
+@pytest.mark.parametrize("source", [mcore_yaml, legacy_yaml], ids=["mcore", "legacy"])
+def test_init_adds_a_section_that_validates_and_keeps_the_file(tmp_path: Path, source) -> None:
+    text = source(tmp_path)
+    assert "monitor_config" not in yaml.safe_load(text)
     config = tmp_path / "pretrain_qwen3.yaml"
     config.write_text(text, encoding="utf-8")
     config.chmod(0o640)
