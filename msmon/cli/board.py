@@ -6,7 +6,7 @@ import json
 import logging
 import signal
 import sys
-import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -66,21 +66,22 @@ def _foreground(handle: Any) -> None:
     """Wait until Ctrl-C (exit 0) or SIGTERM (exit 143) and stop the board; exit 5 if it dies on its own.
 
     The signal handlers only note the signal: an exception raised from a handler could land anywhere, in the middle
-    of the process table scan or of stopping the board itself, and leave the board running."""
+    of the process table scan or of stopping the board itself, and leave the board running. Nor may a handler take
+    a lock: ``threading.Event.set()`` from a handler that interrupts this thread inside ``Event.wait()`` waits for
+    the lock the thread itself holds, forever (it hung a CI run). So the loop polls the list."""
     from msmon.ops.board import BoardError
 
     received: list[int] = []
-    wake = threading.Event()
 
     def note(signum: int, _frame: Any) -> None:
         received.append(signum)
-        wake.set()
 
     previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         print("  press Ctrl-C to stop", flush=True)
-        while not wake.wait(0.5):
-            if not handle.alive():
+        while not received:
+            time.sleep(0.25)
+            if not received and not handle.alive():
                 raise BoardError(f"the board on port {handle.port} exited on its own",
                                  f"see its log: {handle.record.log}")
     finally:
