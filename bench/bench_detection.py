@@ -46,7 +46,7 @@ Inject = Callable[[list[Record]], list[Record]]
 
 
 def quickstart_config(records: list[Record]) -> dict:
-    """The quickstart's lr_schedule (configs/quickstart_cpu.yaml), as the trace's run had it."""
+    """The quickstart's lr_schedule (msmon/config/quickstarts/quickstart.yaml), as the trace's run had it."""
     peak = max(float(r["learning_rate"]) for r in records)
     return {"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": peak, "lr_end": 5e-4,
                             "warmup_ratio": 0.05, "total_steps": int(records[-1]["step"])}}

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_live_view.py [--steps 600] [--block 20] [--runs 2]
 
-Each run is a child process training the CPU quickstart (configs/quickstart_cpu.yaml) through msmon's
+Each run is a child process training the CPU quickstart (`msmon run quickstart`) through msmon's
 monitor session (file backend, log_interval 1: the view gets every step, its worst case) with its stdout
 and stderr on a real pseudo-terminal drained by this process. The run alternates blocks of ``--block``
 steps without and with the live panel as `msmon run` shows it (the console captured, the panel opened), closed at the
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
 SKIP = 20
 SETTLE = 2
 
@@ -68,7 +67,9 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
     os.chdir(work)
     from omegaconf import OmegaConf
 
-    conf = OmegaConf.load(REPO / "configs" / "quickstart_cpu.yaml")
+    from msmon.config.loader import QUICKSTARTS_DIR
+
+    conf = OmegaConf.load(QUICKSTARTS_DIR / "quickstart.yaml")
     for key, value in {"save_dir": str(work / "monitor_logs"), "run_name": "bench", "log_interval": 1,
                        "monitor_type": ["file"], "verbose": False}.items():
         OmegaConf.update(conf, f"monitor_config.{key}", value, force_add=True)

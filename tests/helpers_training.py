@@ -7,7 +7,7 @@
     msmon.runner.trainer.train(training, [callback], tmp_path / "logs")   # the real Trainer on CPU
 
 ``write_quickstart_config(directory, *, steps=None, overrides=None, source=QUICKSTART, **monitor_overrides)
--> Path`` copies configs/quickstart_cpu.yaml (or ``source``: ``QUICKSTART_QWEN3`` is the Qwen3 mcore one,
+-> Path`` copies the shipped quickstart (or ``source``: ``QUICKSTART_QWEN3`` is the Qwen3 mcore one,
 ``QUICKSTARTS`` names both for parametrising) to ``directory/quickstart.yaml`` (interpolations kept) with
 ``save_dir`` = ``directory/monitor_logs``, ``run_name`` = ``test_run`` and ``verbose`` false unless given,
 ``steps`` training steps (batch 2, 400 by default), ``overrides`` as dotted-key -> value for any other
@@ -19,14 +19,18 @@ dataset into $MSMON_CACHE_DIR (default ~/.cache/msmon, < 1 s).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from omegaconf import OmegaConf
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart_cpu.yaml"
-QUICKSTART_QWEN3 = QUICKSTART.with_name("quickstart_qwen3_cpu.yaml")
+from msmon.config.loader import QUICKSTARTS_DIR
+
+QUICKSTART = QUICKSTARTS_DIR / "quickstart.yaml"
+QUICKSTART_QWEN3 = QUICKSTARTS_DIR / "quickstart-qwen3.yaml"
 #: Both model paths (same batch size and step key): the legacy Llama and the mcore Qwen3 mindformers ships.
 QUICKSTARTS = {"legacy": QUICKSTART, "mcore": QUICKSTART_QWEN3}
 #: The project (monitor_config.project_name) each quickstart writes its runs under.
@@ -96,3 +100,23 @@ def parse_step_lines(text: str) -> dict[int, dict[str, float]]:
             name: float(match.group(1)) for name, pattern in _FIELDS.items() if (match := pattern.search(line))
         }
     return steps
+
+
+def shipped_mindformers_yaml(name: str) -> Path:
+    """A YAML mindformers ships in its configs/ (the test is skipped when this version has none)."""
+    spec = importlib.util.find_spec("mindformers")
+    assert spec is not None and spec.origin
+    found = sorted((Path(spec.origin).parents[1] / "configs").rglob(name))
+    if not found:
+        pytest.skip(f"this mindformers ships no {name}")
+    return found[0]
+
+
+def mcore_yaml(tmp_path: Path) -> str:
+    """mindformers' own Qwen3 pretraining YAML (mcore), its dataset pointed at a directory that exists."""
+    data_dir = tmp_path / "wiki103"
+    data_dir.mkdir()
+    (data_dir / "text_document.bin").write_bytes(b"")
+    (data_dir / "text_document.idx").write_bytes(b"")
+    return shipped_mindformers_yaml("pretrain_qwen3_32b_4k.yaml").read_text(encoding="utf-8").replace(
+        "/path/to/wiki103-megatron_text_document", str(data_dir / "text_document"))

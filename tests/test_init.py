@@ -4,25 +4,16 @@ untouched."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers_training import mcore_yaml
 
-from msmon.config.loader import load_config
+from msmon.config.loader import QUICKSTARTS_DIR, load_config
 from msmon.validate.validator import validate
-
-
-def shipped(name: str) -> Path:
-    spec = importlib.util.find_spec("mindformers")
-    assert spec is not None and spec.origin
-    found = sorted((Path(spec.origin).parents[1] / "configs").rglob(name))
-    if not found:
-        pytest.skip(f"this mindformers ships no {name}")
-    return found[0]
 
 
 def msmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -43,19 +34,9 @@ def without_section(text: str) -> str:
     return "".join(kept)
 
 
-def mcore_yaml(tmp_path: Path) -> str:
-    """mindformers' own Qwen3 pretraining YAML (mcore), its dataset pointed at a directory that exists."""
-    data_dir = tmp_path / "wiki103"
-    data_dir.mkdir()
-    (data_dir / "text_document.bin").write_bytes(b"")
-    (data_dir / "text_document.idx").write_bytes(b"")
-    return shipped("pretrain_qwen3_32b_4k.yaml").read_text(encoding="utf-8").replace(
-        "/path/to/wiki103-megatron_text_document", str(data_dir / "text_document"))
-
-
 def legacy_yaml(tmp_path: Path) -> str:
     """The legacy Llama quickstart without its monitor_config section (mindformers 1.9 ships no legacy train YAML)."""
-    return without_section((Path(__file__).resolve().parents[1] / "configs" / "quickstart_cpu.yaml").read_text())
+    return without_section((QUICKSTARTS_DIR / "quickstart.yaml").read_text())
 
 
 @pytest.mark.parametrize("source", [mcore_yaml, legacy_yaml], ids=["mcore", "legacy"])

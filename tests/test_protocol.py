@@ -16,6 +16,7 @@ import pytest
 from engine_support import settings
 from helpers_training import write_quickstart_config
 
+from msmon.config.loader import QUICKSTARTS_DIR
 from msmon.engine.session import MonitorSession
 from msmon.errors import ExitCode
 from msmon.runner import runinfo
@@ -37,15 +38,13 @@ from msmon.validate.validator import validate_config
 from msmon.view.ending import summary_lines
 from msmon.view.series import load_run
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(autouse=True)
 def fresh_counts() -> None:
     internal_errors.forget()
 
 
-@pytest.mark.parametrize("config", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("config", sorted(QUICKSTARTS_DIR.glob("*.yaml")), ids=lambda p: p.name)
 def test_a_spec_crosses_the_environment_unchanged(config: Path) -> None:
     resolved = validate_config(config).settings
     spec = RankSpec(Path("/runs/p/r"), resolved, Attempt(3, 40), world_size=2, writer_rank=1, node_rank=0,

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_msmon
 from helpers_training import quickstart_parts, write_quickstart_config
 
-from msmon.config import datasets
+from msmon.cli import common
+from msmon.config import datasets, loader
 from msmon.errors import MsmonError
 from msmon.runner import quickstart
 
@@ -68,3 +70,31 @@ def test_write_quickstart_config_keeps_outputs_inside(tmp_path: Path, monkeypatc
     assert training["train_dataset"]["data_loader"]["dataset_dir"] == datasets.dataset_path("quickstart")
     assert training["seed"] == 3 and training["monitor_config"] == {"monitor_on": False}
     assert training["runner_wrapper"]["type"] == "MsmonCPUTrainOneStepCell"
+
+
+# -- the quickstarts shipped inside the package, run by name -------------------------------------------------
+def test_every_shipped_quickstart_is_named_and_the_help_says_so() -> None:
+    assert loader.quickstart_names() == ["quickstart", "quickstart-qwen3"]
+    assert common.QUICKSTART_NAMES == ", ".join(loader.quickstart_names())  # the help spelled out without imports
+
+
+def test_a_name_is_the_shipped_file_unless_a_file_of_that_name_is_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shipped = loader.load_config("quickstart-qwen3")
+    assert shipped.path == loader.QUICKSTARTS_DIR / "quickstart-qwen3.yaml" and loader.is_quickstart(shipped.path)
+    assert shipped.section("use_legacy") is False
+    (tmp_path / "quickstart").write_text("seed: 7\nmonitor_config:\n  enable_monitor: false\n")
+    own = loader.load_config("quickstart")
+    assert own.path == Path("quickstart") and own.section("seed") == 7 and not loader.is_quickstart(own.path)
+    with pytest.raises(MsmonError) as missing:
+        loader.load_config("quickstart-llama")
+    assert "no such file" in missing.value.message and "quickstart, quickstart-qwen3" in missing.value.hint
+
+
+def test_a_dry_run_of_a_quickstart_names_its_file(tmp_path: Path) -> None:
+    result = run_msmon("run", "quickstart", "--dry-run", cwd=tmp_path)
+    assert result.code == 0, result.stderr
+    assert f"config:        {loader.QUICKSTARTS_DIR / 'quickstart.yaml'}" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing created, no backup beside anything

@@ -16,6 +16,11 @@ from msmon.errors import ExitCode, MsmonError, describe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Said by every CONFIG argument that takes a shipped quickstart's name (msmon.config.loader.quickstart_names;
+#: spelled out so that `msmon --help` imports no config code, and checked by a test).
+QUICKSTART_NAMES = "quickstart, quickstart-qwen3"
+CONFIG_HELP = f"mindformers training YAML with a monitor_config section, or a quickstart by name: {QUICKSTART_NAMES}."
+
 
 def color_enabled(stream: Any = None) -> bool:
     """Colours only on a terminal and when NO_COLOR is unset or empty (no-color.org)."""

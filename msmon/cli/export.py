@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from msmon.cli.common import handle_errors
+from msmon.cli.common import CONFIG_HELP, handle_errors
 from msmon.cli.complete import config_keys
 from msmon.errors import ExitCode, MsmonError
 
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def export(
-    config: str = typer.Argument(..., help="Training YAML with a monitor_config section."),
+    config: str = typer.Argument(..., help=CONFIG_HELP),
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE | --run_mindformer_flag VALUE]...",
                                           help="As for msmon run: dotlist overrides and run_mindformer.py's flags.",
                                           autocompletion=config_keys),

@@ -71,7 +71,7 @@ def print_result(console: Console, result: ValidationResult, config: str, show_a
     table, hidden = resolved_table(result, show_all)
     console.print(table)
     if hidden:
-        console.print(f"({hidden} nested keys at their defaults; --all shows them; docs/config.md lists every key)")
+        console.print(f"({hidden} nested keys at their defaults; --all shows them)")
     if result.pipeline.stages > 1:
         console.print(f"metrics from: {result.pipeline.describe()}", markup=False)
     run_dir = result.settings.run_dir()

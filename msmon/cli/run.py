@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from msmon.cli.common import handle_errors
+from msmon.cli.common import CONFIG_HELP, handle_errors
 from msmon.cli.complete import config_keys
 from msmon.errors import ExitCode, MsmonError
 
@@ -44,7 +44,7 @@ def _say(line: str) -> None:
 @handle_errors
 def run(
     ctx: typer.Context,
-    config: str = typer.Argument(..., help="mindformers training YAML with a monitor_config section."),
+    config: str = typer.Argument(..., help=CONFIG_HELP),
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE | --run_mindformer_flag VALUE]...",
                                           help="Dotlist overrides, and run_mindformer.py's flags (below).",
                                           autocompletion=config_keys),

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from msmon.cli.common import handle_errors, stdout_console
+from msmon.cli.common import CONFIG_HELP, handle_errors, stdout_console
 from msmon.cli.complete import config_keys
 from msmon.errors import ExitCode, MsmonError
 
@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def validate(
-    config: str = typer.Argument(..., help="Training YAML with a monitor_config section."),
+    config: str = typer.Argument(..., help=CONFIG_HELP),
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Dotlist overrides.",
                                           autocompletion=config_keys),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),

@@ -16,6 +16,8 @@ from msmon.config.datasets import dataset_path
 from msmon.errors import ExitCode, MsmonError, first_line
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
+#: The CPU quickstarts shipped inside the package, run by name: ``msmon run quickstart``.
+QUICKSTARTS_DIR = Path(__file__).resolve().parent / "quickstarts"
 _LAUNCH_TIME = datetime.now()
 
 
@@ -100,11 +102,31 @@ def _line_map(text: str) -> dict[str, int]:
     return lines
 
 
+def quickstart_names() -> list[str]:
+    """The names of the shipped quickstarts (``quickstart``, ``quickstart-qwen3``)."""
+    return sorted(p.stem for p in QUICKSTARTS_DIR.glob("*.yaml"))
+
+
+def config_file(path: str | os.PathLike[str]) -> Path:
+    """The file a CONFIG argument names: the path itself, or a shipped quickstart's file when ``path`` is its name
+    and no such file exists here (a file of that name in the working directory wins)."""
+    file = Path(path)
+    if not file.exists() and str(path) in quickstart_names():
+        return QUICKSTARTS_DIR / f"{path}.yaml"
+    return file
+
+
+def is_quickstart(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is one of the shipped quickstarts (msmon's own file: never backed up or edited)."""
+    return Path(path).resolve().parent == QUICKSTARTS_DIR
+
+
 def read_config_text(path: str | os.PathLike[str]) -> str:
     """The file's text, or MsmonError naming the file and the fix."""
     file = Path(path)
     if not file.exists():
-        raise MsmonError(f"{file}: no such file", "check the path of the config")
+        builtin = ", ".join(quickstart_names())
+        raise MsmonError(f"{file}: no such file", f"check the path of the config, or run a built-in one: {builtin}")
     if file.is_dir():
         raise MsmonError(f"{file}: is a directory, not a YAML file", "pass the training YAML inside it")
     try:
@@ -185,11 +207,13 @@ def apply_overrides(conf: DictConfig, overrides: list[str], where: str) -> set[s
 
 
 def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> LoadedConfig:
-    """Load a training YAML file and apply dotlist overrides (interpolations stay unresolved)."""
-    text = read_config_text(path)
-    conf = _parse(text, str(path))
-    loaded = LoadedConfig(conf=conf, path=Path(path), text=text, lines=_line_map(text))
-    loaded.override_keys = apply_overrides(conf, list(overrides or []), str(path))
+    """Load a training YAML file (or a shipped quickstart by name) and apply dotlist overrides (interpolations stay
+    unresolved)."""
+    file = config_file(path)
+    text = read_config_text(file)
+    conf = _parse(text, str(file))
+    loaded = LoadedConfig(conf=conf, path=file, text=text, lines=_line_map(text))
+    loaded.override_keys = apply_overrides(conf, list(overrides or []), str(file))
     return loaded
 
 

@@ -100,7 +100,7 @@ def check_framework(versions: Mapping[str, str | None]) -> list[Finding]:
             "outside msmon's supported ranges (mindformers >=1.8,<2; mindspore >=2.7.2,<2.10)")
         findings.append(warning(
             "MS904", "mindformers", f"mindformers {mf} + mindspore {ms} is {where}",
-            f"tested pairs: {TESTED}; docs/compatibility.md",
+            f"use a tested pair: {TESTED}",
         ))
     return findings
 

@@ -63,7 +63,7 @@ def add_monitor_config(path: str | os.PathLike[str]) -> InitResult:
     if "monitor_config" in data:
         line = next((n for n, raw in enumerate(text.splitlines(), 1) if raw.startswith("monitor_config")), None)
         raise MsmonError(f"{config} already has a monitor_config section" + (f" (line {line})" if line else ""),
-                         f"edit it (docs/config.md), then check it: msmon validate {config}")
+                         f"edit it, then check it: msmon validate {config} --all (it shows every key)")
     project = PROJECT_NAME.sub("_", config.stem) or "training"
     saved = backup_config(config, note="before msmon init")
     mode = config.stat().st_mode & 0o7777

@@ -117,6 +117,11 @@ class RunPlan:
     resume_point: ResumePoint | None = None  # --resume: the checkpoint the first attempt continues from
 
     @property
+    def config_file(self) -> Path:
+        """The absolute path of the training YAML (a quickstart's name resolved to its shipped file)."""
+        return Path(self.loaded.path or self.request.config).absolute()
+
+    @property
     def settings(self) -> MonitorSettings:
         return self.result.settings
 
@@ -169,7 +174,7 @@ class RunPlan:
         s, request, point = self.settings, self.request, self.resume_point
         board = self.board_command()
         return [
-            f"config:        {self.request.config}",
+            f"config:        {self.config_file}",
             f"run directory: {self.run_dir}" + ("  (resume)" if self.request.resume else ""),
             *([f"resume from:   step {point.step} ({point.path})"] if point else []),
             "restarts:      " + (f"up to {request.max_restarts} (back-off from {request.restart_backoff_s:g} s)"

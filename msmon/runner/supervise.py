@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.config.loader import is_quickstart
 from msmon.errors import describe
 from msmon.ops.backup import backup_config
 from msmon.runner import attempts, results, rundir, runinfo, stacks
@@ -55,7 +56,7 @@ class Run:
         spec = RankSpec(
             run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=plan.request.worker_num or 1,
             writer_rank=plan.writer_rank, node_rank=plan.request.node_rank, view=view,
-            config_path=Path(plan.request.config).absolute(),
+            config_path=plan.config_file,
         )
         self.monitor_stop: str | None = None
         self.watcher = RankWatcher(
@@ -87,7 +88,7 @@ class Run:
         )
         self._backup()
         self.info = runinfo.start_info(
-            config_path=str(Path(plan.request.config).absolute()) if plan.loaded.path else None,
+            config_path=str(plan.config_file),
             project_name=plan.settings.project_name, run_name=str(plan.settings.run_name), run_dir=run_dir,
             command=plan.request.command,
             device_target=str(dotted_get(plan.training, "context.device_target", "Ascend")),
@@ -102,10 +103,10 @@ class Run:
 
     def _backup(self) -> None:
         snapshot = (self.plan.run_dir / layout.CONFIG_SNAPSHOT).resolve()
-        if self.plan.loaded.path is None or Path(self.plan.loaded.path).resolve() == snapshot:
-            return  # no file, or the run's own snapshot (msmon resume)
+        if self.plan.config_file.resolve() == snapshot or is_quickstart(self.plan.config_file):
+            return  # the run's own snapshot (msmon resume), or a quickstart shipped inside msmon
         try:
-            copy = backup_config(self.plan.loaded.path, note=f"msmon run {self.plan.settings.run_name}")
+            copy = backup_config(self.plan.config_file, note=f"msmon run {self.plan.settings.run_name}")
         except Exception as exc:  # a backup failure never blocks the run
             logger.warning("msmon: config backup failed: %s", exc)
         else:

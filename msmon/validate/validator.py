@@ -150,7 +150,7 @@ def validate(
                 "MS000",
                 "monitor_config",
                 "no monitor_config section: monitoring is off for this run",
-                "add one: msmon init CONFIG writes a starting section (docs/config.md lists every key)",
+                "add one: msmon init CONFIG writes a starting section",
             )
         )
         section = {}
