@@ -65,7 +65,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     """One real Trainer run (scenario ``none``: without msmon); returns the measurements."""
     import psutil
     from engine_support import FAKES, BlockingBackend
-    from helpers_training import quickstart_parts, write_quickstart_config
+    from helpers_training import quickstart_parts, training_yaml, write_quickstart_config
 
     from msmon.config.coerce import build
     from msmon.config.schema import MonitorSettings
@@ -117,6 +117,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.graphs: set[tuple[bool, int]] = set()  # (local_norm cell ran, outputs returned)
 
         def on_train_begin(self, run_context: Any) -> None:
+            self.threads_at_begin = msmon_thread_cpu()
             if inner is not None:
                 inner.on_train_begin(run_context)
             if gated and scenario == "layers":
@@ -150,8 +151,9 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
 
     gate = Gate()
     started = time.monotonic()
-    train(training, [gate], workdir / "logs")
+    train(training_yaml(training, workdir), [gate], workdir / "logs")
     train_s = time.monotonic() - started
+    threads = {name: cpu - gate.threads_at_begin.get(name, 0.0) for name, cpu in msmon_thread_cpu().items()}
     beat_us = None
     if session is not None:  # the heartbeat thread's write, once a second in every block
         writes = []
@@ -177,7 +179,23 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         "rss_mb": gate.rss, "train_s": train_s, "dropped": summary.dropped_records if summary else 0,
         "written": {name: b["written"] for name, b in summary.backends.items()} if summary else {},
         "graphs": sorted(gate.graphs),
+        "threads_cpu_s": threads, "steps_on": len(gate.cost_plain) + len(gate.cost_log), "logged": len(gate.cost_log),
+        "callback_cpu_s": sum(gate.cost_plain) + sum(gate.cost_log) + sum(gate.cost_begin),
     }
+
+
+def msmon_thread_cpu() -> dict[str, float]:
+    """CPU seconds each of msmon's threads has used so far (its own CPU clock: not the machine's noise)."""
+    import threading
+
+    found = {}
+    for thread in threading.enumerate():
+        if thread.name.startswith("msmon") and thread.ident is not None:
+            try:
+                found[thread.name] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except OSError:  # the thread ended meanwhile
+                continue
+    return found
 
 
 def train_step_pair(cell: Any) -> tuple[Any, dict[bool, Any]]:
@@ -268,7 +286,26 @@ def main() -> int:
     for scenario in args.only:
         for rank in sorted({g["rank"] for g in gated[scenario]}):
             print(row(scenario, [g for g in gated[scenario] if g["rank"] == rank], runs.get(scenario), base))
+    for scenario in args.only:
+        if runs.get(scenario):
+            print(cpu_line(scenario, runs[scenario]))
     return 0
+
+
+def cpu_line(scenario: str, runs: list[dict[str, Any]]) -> str:
+    """CPU seconds msmon used in the runs with monitoring on for every step (median over the rounds): its threads
+    and the callback on the training thread, per 1,000 steps and per logged record, and each thread's share."""
+    def per(key: Any, unit: str) -> float:
+        return statistics.median(key(r) / max(1, r[unit]) for r in runs)
+
+    threads = per(lambda r: sum(r["threads_cpu_s"].values()), "steps_on") * 1e6
+    callback = per(lambda r: r["callback_cpu_s"], "steps_on") * 1e6
+    record = per(lambda r: sum(r["threads_cpu_s"].values()) + r["callback_cpu_s"], "logged") * 1e3
+    names = sorted({name for r in runs for name in r["threads_cpu_s"]})
+    shares = {name: per(lambda r, n=name: r["threads_cpu_s"].get(n, 0.0), "steps_on") * 1e6 for name in names}
+    each = ", ".join(f"{name.removeprefix('msmon-')} {ms:.0f}" for name, ms in shares.items())
+    return (f"{scenario} CPU per 1,000 steps: threads {threads:.0f} ms + callback {callback:.0f} ms; per logged record "
+            f"{record:.2f} ms (threads, ms per 1,000 steps: {each})")
 
 
 def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] | None, base: float) -> str:

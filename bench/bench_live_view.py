@@ -78,6 +78,7 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
     config.write_text(OmegaConf.to_yaml(conf, resolve=False), encoding="utf-8")
 
     from msmon.config.loader import load_config
+    from msmon.config.mindformers_yaml import render
     from msmon.config.split import split_monitor_config
     from msmon.engine.session import MonitorSession
     from msmon.runner.console import ConsoleCapture
@@ -125,7 +126,8 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
                 self.view_wall += time.perf_counter() - self._shown_since
 
     alternate = Alternate()
-    train(training, [session.callback(), alternate], logs)
+    (work / "mindformers.yaml").write_text(render(training), encoding="utf-8")
+    train(work / "mindformers.yaml", [session.callback(), alternate], logs)
     if forward.view is not None:
         forward.view.close()
         alternate.capture.stop()

@@ -32,7 +32,7 @@ def _round(value: float) -> float:
 def record_one(lr: float, seed: int, out: Path, epochs: int = 1, steps: int = STEPS) -> None:
     """Train the quickstart once with a recording callback; write the trace to ``out``."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from helpers_training import quickstart_parts, write_quickstart_config
+    from helpers_training import quickstart_parts, training_yaml, write_quickstart_config
     from mindspore.train import Callback
 
     from msmon.runner.trainer import train
@@ -66,7 +66,7 @@ def record_one(lr: float, seed: int, out: Path, epochs: int = 1, steps: int = ST
         config = write_quickstart_config(tmp, steps=steps, overrides=overrides, monitor_type=["file"])
         training, _ = quickstart_parts(config)
         recorder = Recorder()
-        train(training, [recorder], Path(tmp) / "logs")
+        train(training_yaml(training, Path(tmp)), [recorder], Path(tmp) / "logs")
     out.write_text("\n".join(recorder.lines) + "\n", encoding="utf-8")
 
 

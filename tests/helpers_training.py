@@ -1,10 +1,10 @@
 """Shared helpers for tests that train for real with the CPU quickstart (import, not a conftest).
 
-    from helpers_training import QUICKSTART, quickstart_parts, write_quickstart_config
+    from helpers_training import QUICKSTART, quickstart_parts, training_yaml, write_quickstart_config
 
     path = write_quickstart_config(tmp_path, steps=30, log_interval=5, monitor_type=["file"])
     training, monitor = quickstart_parts(path)       # mindformers' dict (msmon keys removed), msmon's keys
-    msmon.runner.trainer.train(training, [callback], tmp_path / "logs")   # the real Trainer on CPU
+    msmon.runner.trainer.train(training_yaml(training, tmp_path), [callback], tmp_path / "logs")  # the real Trainer
 
 ``write_quickstart_config(directory, *, steps=None, overrides=None, source=QUICKSTART, **monitor_overrides)
 -> Path`` copies the shipped quickstart (or ``source``: ``QUICKSTART_QWEN3`` is the Qwen3 mcore one,
@@ -59,6 +59,16 @@ def write_quickstart_config(
         OmegaConf.update(conf, key, value, force_add=True)
     path = directory / "quickstart.yaml"
     path.write_text(OmegaConf.to_yaml(conf, resolve=False), encoding="utf-8")
+    return path
+
+
+def training_yaml(training: dict[str, Any], directory: Path) -> Path:
+    """``training`` written as the ``mindformers.yaml`` that ``msmon.runner.trainer.train`` loads (as
+    run_mindformer.py would, mindformers' config template applied)."""
+    from msmon.config.mindformers_yaml import render
+
+    path = directory / "mindformers.yaml"
+    path.write_text(render(training), encoding="utf-8")
     return path
 
 
