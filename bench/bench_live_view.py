@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 SKIP = 20
 SETTLE = 2
 
@@ -77,8 +78,9 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
     config = work / "quickstart.yaml"
     config.write_text(OmegaConf.to_yaml(conf, resolve=False), encoding="utf-8")
 
+    from helpers_training import training_yaml
+
     from msmon.config.loader import load_config
-    from msmon.config.mindformers_yaml import render
     from msmon.config.split import split_monitor_config
     from msmon.engine.session import MonitorSession
     from msmon.runner.console import ConsoleCapture
@@ -126,8 +128,7 @@ def child(steps: int, block: int, work: Path, out: Path) -> None:
                 self.view_wall += time.perf_counter() - self._shown_since
 
     alternate = Alternate()
-    (work / "mindformers.yaml").write_text(render(training), encoding="utf-8")
-    train(work / "mindformers.yaml", [session.callback(), alternate], logs)
+    train(training_yaml(training, work), [session.callback(), alternate], logs)
     if forward.view is not None:
         forward.view.close()
         alternate.capture.stop()

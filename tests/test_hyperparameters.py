@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
-from helpers_training import QUICKSTART, QUICKSTART_QWEN3
+from helpers_training import QUICKSTART, QUICKSTART_QWEN3, shipped_mindformers_yaml
 
 from msmon.compat import missing_feature
 from msmon.config.hyperparameters import HYPERPARAMETERS, RESULTS, RunResults, config_key_rank, hyperparameters
@@ -43,9 +42,7 @@ def test_mcore_qwen3_quickstart_reads_the_mcore_spellings(monkeypatch: pytest.Mo
 
 @pytest.mark.skipif(missing_feature("qwen3_train_configs") is not None, reason="mindformers ships no Qwen3 config")
 def test_mindformers_shipped_qwen3_config() -> None:
-    spec = importlib.util.find_spec("mindformers")
-    assert spec is not None and spec.origin
-    path = Path(spec.origin).parents[1] / "configs" / "qwen3" / "pretrain_qwen3_32b_4k.yaml"
+    path = shipped_mindformers_yaml("pretrain_qwen3_32b_4k.yaml")
     found = hyperparameters(load_config(path).resolved())
     assert found.items() >= {"learning_rate": 1e-6, "num_layers": 64, "hidden_size": 5120, "num_heads": 64,
                              "num_kv_heads": 8, "vocab_size": 151936, "seq_length": 4096, "compute_dtype": "bfloat16",

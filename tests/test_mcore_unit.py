@@ -3,7 +3,6 @@ apply, the train-step layouts and the separate losses."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 from engine_support import settings
-from helpers_training import QUICKSTART_QWEN3
+from helpers_training import QUICKSTART_QWEN3, shipped_mindformers_yaml
 from test_engine_unit import Params, Stop
 
 from msmon import compat
@@ -93,9 +92,7 @@ def test_a_string_false_is_the_legacy_path_so_flash_attention_is_refused(tmp_pat
 
 def test_the_shipped_qwen3_config_on_cpu_shows_only_the_blockers_msmon_does_not_fix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = importlib.util.find_spec("mindformers")
-    assert spec is not None and spec.origin
-    shipped = Path(spec.origin).parents[1] / "configs" / "qwen3" / "pretrain_qwen3_32b_4k.yaml"
+    shipped = shipped_mindformers_yaml("pretrain_qwen3_32b_4k.yaml")
     monkeypatch.chdir(tmp_path)
     codes = _codes(_validate(shipped, "context.device_target=CPU"))
     assert {"MS601", "MS604", "MS606"} <= codes  # sink_mode, bfloat16, the stock train-step wrapper

@@ -146,7 +146,10 @@ def field_docs(cls: type, prefix: str = "", *, with_items: bool = False) -> list
     return rows
 
 
-def range_findings(settings: Any, prefix: str, code: str, hint: str, _below: str = "") -> list[Finding]:
+RANGE_HINT = "set a value in that range, or remove the key for its default"
+
+
+def range_findings(settings: Any, prefix: str, code: str, hint: str = RANGE_HINT, _below: str = "") -> list[Finding]:
     """An error ``code`` for each value of ``settings`` (a settings dataclass, nested ones included) outside
     the range its field declares (``doc(..., at_least=, above=, at_most=)``)."""
     found: list[Finding] = []

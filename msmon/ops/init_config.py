@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from msmon.config.loader import read_config_text
 from msmon.errors import MsmonError
 from msmon.ops.backup import BackupResult, backup_config
 from msmon.util.atomic import atomic_write_text
@@ -22,7 +23,7 @@ from msmon.util.atomic import atomic_write_text
 #: The section, as the seed article sets it up: the loss, the grad norm and the learning rate every 10 steps, to
 #: MindInsight's board and plain files, the health detectors on; ``{project}``: the YAML's name.
 SECTION = """
-# msmon: what to watch and where it goes (added by `msmon init`; every key: docs/config.md).
+# msmon: what to watch and where it goes (added by `msmon init`; every key: msmon validate FILE --all).
 monitor_config:
   enable_monitor: True
   monitor_type: [mindinsight, file]        # MindInsight's board and metrics.jsonl; also tensorboard, mlflow
@@ -48,12 +49,7 @@ class InitResult:
 def add_monitor_config(path: str | os.PathLike[str]) -> InitResult:
     """Append ``SECTION`` to the training YAML at ``path``; MsmonError (exit 1, nothing written) when it cannot."""
     config = Path(path)
-    try:
-        text = config.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MsmonError(f"{config}: no such file", "pass the training YAML to add monitoring to") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MsmonError(f"cannot read {config}: {exc}", "pass a readable UTF-8 YAML file") from None
+    text = read_config_text(config)  # the same checks and messages as every other command
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -22,7 +22,7 @@ def check_health(ctx: CheckContext) -> list[Finding]:
     settings, training = ctx.settings.health, ctx.training
     if not settings.enabled:
         return []
-    found = range_findings(settings, BASE, "MS801", "set a value in that range, or remove the key for its default")
+    found = range_findings(settings, BASE, "MS801")
     url = settings.alerts.webhook_url
     if url is not None and not is_http_url(url):
         found.append(error("MS802", f"{BASE}.alerts.webhook_url", f"webhook_url {url!r} is not an http(s) URL",

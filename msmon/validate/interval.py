@@ -59,5 +59,4 @@ def check_interval(ctx: CheckContext) -> list[Finding]:
 
 def check_flight_recorder(ctx: CheckContext) -> list[Finding]:
     """``flight_recorder.steps`` and ``max_files`` within their ranges (docs/health.md)."""
-    return range_findings(ctx.settings.flight_recorder, "monitor_config.flight_recorder", "MS404",
-                          "set a value in that range, or remove the key for its default")
+    return range_findings(ctx.settings.flight_recorder, "monitor_config.flight_recorder", "MS404")
