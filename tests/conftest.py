@@ -17,6 +17,8 @@ import pytest
 import shared_session
 from launch import msmon_env
 
+from msmon.util.procs import cmdline
+
 REPO = Path(__file__).resolve().parents[1]
 #: Fixtures that need a real training: a test using one is marked ``training`` (the inner loop deselects it).
 TRAINING_FIXTURES = {"canonical"}
@@ -73,7 +75,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     problems = []
     if left:
         problems.append("still running at the end of the session (killed now): " + "; ".join(
-            f"{p.pid} {' '.join(_cmdline(p))[:200]}" for p in left))
+            f"{p.pid} {' '.join(cmdline(p))[:200]}" for p in left))
         for proc in left:
             try:
                 proc.kill()
@@ -125,13 +127,6 @@ def _children() -> list:
     try:
         return psutil.Process().children(recursive=False)
     except psutil.Error:
-        return []
-
-
-def _cmdline(proc) -> list[str]:  # noqa: ANN001
-    try:
-        return proc.cmdline()
-    except Exception:  # noqa: BLE001 - gone meanwhile
         return []
 
 

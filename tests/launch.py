@@ -28,6 +28,8 @@ from typing import Any
 
 import psutil
 
+from msmon.util.procs import alive, cmdline
+
 HERE = Path(__file__).resolve().parent
 #: Variables of the developer's shell that would change what a child msmon does or prints.
 DROPPED_ENV = ("MSMON_DEBUG", "LOCAL_DEFAULT_PATH", "COLUMNS", "LINES", "NO_COLOR", "TERM")
@@ -189,7 +191,7 @@ class Launched:
     def kill(self) -> None:
         """Kill its process group and every descendant seen (msrun's ranks and boards start sessions of their own)."""
         self.remember()
-        for pgid in {self._pgid(p) for p in [*self.seen.values()] if _alive(p)} | {self.proc.pid}:
+        for pgid in {self._pgid(p) for p in [*self.seen.values()] if alive(p)} | {self.proc.pid}:
             if pgid is not None:
                 try:
                     os.killpg(pgid, signal.SIGKILL)
@@ -215,18 +217,4 @@ class Launched:
 
     def left_behind(self) -> list[str]:
         """Command lines of its descendants still alive."""
-        return [" ".join(_cmdline(p)) for p in self.seen.values() if _alive(p)]
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except psutil.Error:
-        return []
+        return [" ".join(cmdline(p)) for p in self.seen.values() if alive(p)]

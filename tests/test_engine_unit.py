@@ -152,13 +152,20 @@ def _run_records(session: MonitorSession, steps: range, **extra: Any) -> list[di
     return records
 
 
+def _send_in_chunks(session: MonitorSession, chunks: int, size: int, pause_s: float) -> list[dict[str, Any]]:
+    """``chunks`` runs of ``size`` consecutive steps, ``pause_s`` apart (the writer and the backends cycle between
+    them: failures, retries and the disk guard happen mid-run)."""
+    sent = []
+    for chunk in range(chunks):
+        sent += _run_records(session, range(chunk * size + 1, chunk * size + size + 1))
+        time.sleep(pause_s)
+    return sent
+
+
 def test_failing_backend_warns_once_and_the_others_keep_everything(tmp_path, caplog):
     s = settings(tmp_path, monitor_type=["file", "failing", "memory"])
     session = MonitorSession(s, s.run_dir()).start()
-    sent = []
-    for chunk in range(5):
-        sent += _run_records(session, range(chunk * 10 + 1, chunk * 10 + 11))
-        time.sleep(0.3)
+    sent = _send_in_chunks(session, 5, 10, 0.3)
     summary = session.close("completed")
     assert len(msmon_warnings(caplog, "msmon: backend 'failing'")) == 1
     assert summary.backends["failing"]["status"] == "disabled"
@@ -272,10 +279,7 @@ def test_disk_guard_stops_heavy_outputs_and_keeps_the_jsonl(tmp_path, caplog):
     session = MonitorSession(s, s.run_dir())
     session.disk_guard.interval_s = 0.2
     session.start()
-    sent = []
-    for chunk in range(3):
-        sent += _run_records(session, range(chunk * 10 + 1, chunk * 10 + 11))
-        time.sleep(0.3)
+    sent = _send_in_chunks(session, 3, 10, 0.3)
     summary = session.close("completed")
     assert len(msmon_warnings(caplog, "disk guard")) == 1
     assert summary.backends["tensorboard"]["status"] == "suspended"
@@ -286,10 +290,7 @@ def test_disk_guard_stops_heavy_outputs_and_keeps_the_jsonl(tmp_path, caplog):
 def test_enospc_from_the_kernel_warns_once_and_trips_the_disk_guard(tmp_path, caplog):
     s = settings(tmp_path, monitor_type=["devfull", "file", "tensorboard"])
     session = MonitorSession(s, s.run_dir()).start()
-    sent = []
-    for chunk in range(4):
-        sent += _run_records(session, range(chunk * 5 + 1, chunk * 5 + 6))
-        time.sleep(0.7)
+    sent = _send_in_chunks(session, 4, 5, 0.7)
     summary = session.close("completed")
     warned = msmon_warnings(caplog, "msmon: backend 'devfull'")
     assert len(warned) == 1 and "No space left on device" in warned[0]
