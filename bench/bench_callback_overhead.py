@@ -8,12 +8,15 @@ time between consecutive step ends (msmon's own call at the earlier one included
 Two measurements, printed side by side:
   gated   in one process msmon's callback is switched on and off in alternating blocks of
           ``--block`` steps (same process, same compiled graph); each "on" block's median step
-          time over the "off" block before it; the median per run, then the median over the rounds;
+          time over the mean of the "off" blocks on either side of it; the verdict is the median of
+          every round's blocks pooled, printed beside each round's own median and their spread;
   runs    separate processes, interleaved ``--rounds`` times: baseline (no msmon at all) and each
           scenario with msmon on for every step (writer threads, backends and all):
           median of the runs' median step times / the same for the baseline. On a shared machine
           separate runs differ by far more than 1% (the baseline runs are printed): the verdict
-          uses the gated ratio.
+          uses the gated ratio. Each run also gives its process's CPU time per step (every thread,
+          from the warm-up's end to the last step): the "process CPU" line pairs each run with the
+          baseline run of its round (target <= 1.02); CPU time hardly depends on the machine's noise.
 Scenarios and targets:
   core      5 core metrics, file + mindinsight, log_interval 10 (the defaults: flight recorder on,
             layer_grad_norm off)                                       target <= 1.01
@@ -50,6 +53,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+PROCESS_CPU_TARGET = 1.02  # whole processes alternated: CPU per step with msmon over without
 CORE = ["loss", "grad_norm", "learning_rate", "throughput", "global_step"]
 SCENARIOS: dict[str, dict[str, Any]] = {
     "core": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01},
@@ -115,6 +119,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.cells: dict[bool, Any] = {}
             self.model: Any = None
             self.graphs: set[tuple[bool, int]] = set()  # (local_norm cell ran, outputs returned)
+            self.cpu: dict[int, float] = {}  # step -> the process's CPU seconds (every thread) at its end
 
         def on_train_begin(self, run_context: Any) -> None:
             self.threads_at_begin = msmon_thread_cpu()
@@ -147,6 +152,8 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 (self.cost_log if step % interval == 0 else self.cost_plain).append(cost)
             if step % 50 == 0:
                 self.rss.append(process.memory_info().rss / 2**20)
+            if step >= 2 * block:
+                self.cpu[step] = time.process_time()
             self.last = now  # the next interval holds this step's msmon call: its own time counts too
 
     gate = Gate()
@@ -163,11 +170,9 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             writes.append(time.perf_counter() - begun)
         beat_us = statistics.median(writes) * 1e6
     summary = session.close("completed") if session is not None else None
-    # each "on" block against the "off" block before it: slow drifts of a shared machine cancel out
-    pairs = [statistics.median(gate.blocks[b]) / statistics.median(gate.blocks[b - 1])
-             for b in gate.blocks if b % 2 == 1 and b - 1 in gate.blocks and len(gate.blocks[b]) > 2]
+    pairs = block_ratios({b: statistics.median(times) for b, times in gate.blocks.items() if len(times) > 2})
     return {
-        "pair_ratio": statistics.median(pairs) if pairs else None,
+        "pair_ratio": statistics.median(pairs) if pairs else None, "pair_ratios": pairs,
         "scenario": scenario, "gated": gated, "rank": rank,
         "cost_begin_us": statistics.median(gate.cost_begin) * 1e6 if gate.cost_begin else None,
         "heartbeat_write_us": beat_us,
@@ -181,7 +186,28 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         "graphs": sorted(gate.graphs),
         "threads_cpu_s": threads, "steps_on": len(gate.cost_plain) + len(gate.cost_log), "logged": len(gate.cost_log),
         "callback_cpu_s": sum(gate.cost_plain) + sum(gate.cost_log) + sum(gate.cost_begin),
+        "process_cpu_ms": process_cpu_per_step(gate.cpu),
     }
+
+
+def process_cpu_per_step(cpu: dict[int, float]) -> float | None:
+    """The whole process's CPU milliseconds per step (every thread: MindSpore's, msmon's), from the end of the
+    warm-up to the last step."""
+    if len(cpu) < 2:
+        return None
+    first, last = min(cpu), max(cpu)
+    return (cpu[last] - cpu[first]) / (last - first) * 1e3
+
+
+def block_ratios(medians: dict[int, float]) -> list[float]:
+    """Each "on" block's median step time (odd blocks) over the mean of the "off" blocks on either side of it: a
+    steady drift of a shared machine cancels out (against the block before alone it would count as overhead)."""
+    ratios = []
+    for block, on in sorted(medians.items()):
+        off = [medians[b] for b in (block - 1, block + 1) if b in medians]
+        if block % 2 == 1 and off:
+            ratios.append(on / statistics.mean(off))
+    return ratios
 
 
 def msmon_thread_cpu() -> dict[str, float]:
@@ -282,14 +308,26 @@ def main() -> int:
     each = ", ".join(f"{r['off_ms']:.2f}" for r in runs["none"])
     print(f"steps {args.steps}, block {args.block}, rounds {args.rounds}; baseline median step {base:.2f} ms ({each})")
     print(f"{'scenario':9} {'gated':>6} {'runs':>6} {'target':>6}  {'non-log us':>10} {'log us':>8} {'begin us':>8} "
-          f"{'beat us':>7}  {'RSS MB':>11}  dropped  written  blocks (on/off, per round)")
+          f"{'beat us':>7}  {'RSS MB':>11}  dropped  written  gated ratio per round")
     for scenario in args.only:
         for rank in sorted({g["rank"] for g in gated[scenario]}):
             print(row(scenario, [g for g in gated[scenario] if g["rank"] == rank], runs.get(scenario), base))
     for scenario in args.only:
         if runs.get(scenario):
             print(cpu_line(scenario, runs[scenario]))
+            print(process_cpu_line(scenario, runs[scenario], runs["none"]))
     return 0
+
+
+def process_cpu_line(scenario: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> str:
+    """Whole processes alternated: each run's CPU per step (every thread) over the baseline run of its round."""
+    pairs = [on["process_cpu_ms"] / off["process_cpu_ms"] for on, off in zip(runs, baseline, strict=True)]
+    ratio = statistics.median(pairs)
+    verdict = "ok" if ratio <= PROCESS_CPU_TARGET else "MISSED"
+    each = " ".join(f"{p:.3f}" for p in pairs)
+    base = statistics.median(r["process_cpu_ms"] for r in baseline)
+    return (f"{scenario} process CPU per step, on / off, {len(pairs)} pairs: {ratio:.3f} (pairs {each}; baseline "
+            f"{base:.1f} ms per step), target <={PROCESS_CPU_TARGET}: {verdict}")
 
 
 def cpu_line(scenario: str, runs: list[dict[str, Any]]) -> str:
@@ -311,7 +349,7 @@ def cpu_line(scenario: str, runs: list[dict[str, Any]]) -> str:
 def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] | None, base: float) -> str:
     """One scenario (one rank of it) side by side: gated ratio, separate-run ratio, costs, memory, accounting."""
     name = f"{scenario}/r{gated[0]['rank']}" if SCENARIOS[scenario].get("ranks", 1) > 1 else scenario
-    gated_ratio = statistics.median(g["pair_ratio"] for g in gated)
+    gated_ratio = statistics.median(r for g in gated for r in g["pair_ratios"])  # every round's blocks pooled
     run_ratio = statistics.median(r["on_ms"] for r in runs) / base if runs else float("nan")
     target = SCENARIOS[scenario]["target"]
     rss_values = [value for x in gated for value in x["rss_mb"]]
@@ -326,7 +364,9 @@ def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] |
 
     costs = (f"{median_of('cost_plain_us'):10.1f} {median_of('cost_log_us'):8.1f} {median_of('cost_begin_us'):8.2f} "
              f"{median_of('heartbeat_write_us'):7.0f}")
-    pairs = " ".join(f"{g['pair_ratio']:.3f}" for g in gated)
+    ratios = [g["pair_ratio"] for g in gated]
+    blocks = sum(len(g["pair_ratios"]) for g in gated)
+    pairs = " ".join(f"{r:.3f}" for r in ratios) + f" (spread {max(ratios) - min(ratios):.3f}; {blocks} blocks)"
     return (f"{name:9} {gated_ratio:6.3f} {run_ratio:6.3f} {'<=' + str(target):>6}  {costs}  {rss:>11}  "
             f"{gated[0]['dropped']:7d}  {gated[0]['written']}  {pairs}  {verdict}")
 

@@ -107,3 +107,24 @@ def test_the_architecture_doc_lists_the_real_backend_interface() -> None:
     public = {name for name in vars(Backend) if not name.startswith("_")}
     listed = set(re.findall(r"^\s*(?:def\s+)?([a-z_]+)\b", block.group(1), re.M))
     assert public <= listed, sorted(public - listed)
+
+
+@pytest.mark.parametrize(("step", "wall_time", "scalars"), [
+    (10, 1_700_000_000.25, [("loss", 6.9), ("grad_norm", 1.25), ("learning_rate", 5e-3), ("throughput", 12345.6)]),
+    (0, 0.0, [("loss", 0.0)]),
+    (2**40, 1.5, [("loss", math.nan), ("grad_norm", math.inf), ("grad_norm_max", -math.inf), ("big", 1e39)]),
+    (7, 2.0, [("grad_norm/layers.0", 3.0), ("损失", -2.5), ("x" * 200, 1.0)]),
+    (3, 4.0, []),
+])
+def test_the_summary_event_encoder_writes_mindspores_bytes(step: int, wall_time: float,
+                                                           scalars: list[tuple[str, float]]) -> None:
+    """msmon encodes the MindInsight backend's events itself (5x cheaper than the pure-Python protobuf runtime):
+    byte for byte what MindSpore's own ``package_summary_event`` serialises."""
+    import numpy as np
+    from mindspore.train.summary._summary_adapter import package_summary_event
+
+    from msmon.engine.backends.summary_event import scalars_event
+
+    with np.errstate(over="ignore"):
+        values = [{"_type": "Scalar", "name": tag, "data": np.asarray(value, np.float32)} for tag, value in scalars]
+    assert scalars_event(step, wall_time, scalars) == package_summary_event(values, step, wall_time).SerializeToString()

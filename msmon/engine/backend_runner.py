@@ -107,7 +107,7 @@ class BackendRunner:
     # -- worker thread ------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            self._queue.wait(0.5)
+            self._queue.wait(self._sleep_s())
             if self._suspend is not None and self.active:
                 self._stop_writing("suspended", self._suspend)
             closing = self._closing is not None
@@ -120,6 +120,16 @@ class BackendRunner:
             self._call("close", self._closing or RunStatus.COMPLETED)
         self.stats.lost += sum(1 for kind, _ in self._queue.drain() if kind == "record") + self.backend.records_lost
         self.stats.dropped = self.dropped
+
+    def _sleep_s(self) -> float | None:
+        """How long the worker sleeps unless woken (a record, an alert, suspend, close): until the next open, write
+        or flush falls due, never before a retry's backoff or the write interval allows it; None: until woken."""
+        if not self.active:
+            return None
+        due = [max(self._retry_at, self._next_write)] if not self._opened or len(self._queue) else []
+        if self._dirty:
+            due.append(max(self._retry_at, self._next_write, self._last_flush + self._flush_interval))
+        return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _cycle(self, final: bool) -> None:
         if not self._opened:

@@ -11,9 +11,8 @@ from typing import Any
 class DropQueue:
     """A bounded FIFO that drops its oldest item when full and counts the drops."""
 
-    def __init__(self, maxsize: int, notify: bool = True) -> None:
+    def __init__(self, maxsize: int) -> None:
         self.maxsize = max(1, maxsize)
-        self.notify = notify  # False: the consumer polls, ``put`` never wakes a thread
         self.dropped = 0
         self._items: deque[Any] = deque()
         self._lock = threading.Lock()
@@ -30,8 +29,7 @@ class DropQueue:
                     self._items.popleft()
                     self.dropped += 1
                 self._items.append(item)
-        if self.notify:
-            self._ready.set()
+        self._ready.set()
 
     def put_front(self, items: list[Any]) -> None:
         """Put items back at the head (a failed batch to retry), keeping the bound."""
@@ -55,7 +53,8 @@ class DropQueue:
             self._items.clear()
         return count
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float | None) -> None:
+        """Sleep until woken (``put``, ``wake``) or ``timeout`` seconds (None: no limit)."""
         self._ready.wait(timeout)
         self._ready.clear()
 

@@ -1,8 +1,10 @@
 """The off-path writer: a dispatcher thread fans records out to the backend runners and the listeners.
 
-It polls the callback's queue (the training thread's ``put`` wakes nobody), feeds every backend runner a
-batch, and calls the listeners (``on_record``, ``on_alert``, ``on_status``) on its own thread. Nothing
-raised by a backend or a listener ever reaches the training thread.
+The callback's ``put`` (a logging step's record) wakes it; records that arrive faster than one cycle per
+``MIN_CYCLE_S`` go out together, and with none arriving it still wakes every ``TICK_S`` (the disk guard, the
+listeners' status). Each cycle feeds every backend runner one batch and calls the listeners (``on_record``,
+``on_alert``, ``on_status``) on its own thread. Nothing raised by a backend or a listener ever reaches the
+training thread.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from msmon.util import internal_errors
 logger = logging.getLogger("msmon")
 
 LISTENER_MAX_FAILURES = 10
-POLL_S = 0.2  # the dispatcher polls the callback's queue this often
+MIN_CYCLE_S = 0.2  # at most one dispatch cycle this often: faster records are batched
+TICK_S = 1.0  # with no record arriving, a cycle this often
 DISPATCH_CLOSE_S = 2.0  # the dispatcher's last cycle: hand what is queued to the backends
 LISTENER_CLOSE_S = 10.0  # listeners (the health monitor's webhook and command hooks) close beside the backends
 
@@ -41,7 +44,7 @@ class Writer:
     ) -> None:
         self.runners = list(runners)
         self.listeners: list[Any] = list(listeners)
-        self.queue = DropQueue(queue_size, notify=False)  # polled: ``put`` on the training thread wakes nobody
+        self.queue = DropQueue(queue_size)
         self.records_seen = 0
         self.last_record: dict[str, Any] | None = None
         self._tick = tick
@@ -50,6 +53,7 @@ class Writer:
         self._alerts: deque[dict[str, Any]] = deque()
         self._listener_failures: dict[int, int] = {}
         self._closing = False
+        self._closed = threading.Event()  # ends a batching pause at once
         self._thread = threading.Thread(target=self._run, name="msmon-writer", daemon=True)
 
     def start(self) -> None:
@@ -79,6 +83,7 @@ class Writer:
         cap = budget_cap_s if budget_cap_s is not None else float("inf")
         started = time.monotonic()
         self._closing = True
+        self._closed.set()
         self.queue.wake()
         self._thread.join(min(DISPATCH_CLOSE_S, cap))
         for runner in self.runners:
@@ -102,8 +107,13 @@ class Writer:
             self._listener_call(listener, "close")
 
     def _run(self) -> None:
+        next_cycle = 0.0
         while True:
-            self.queue.wait(POLL_S)
+            self.queue.wait(TICK_S)
+            early = next_cycle - time.monotonic()
+            if early > 0:
+                self._closed.wait(early)  # what arrives meanwhile joins this cycle's batch
+            next_cycle = time.monotonic() + MIN_CYCLE_S
             closing = self._closing
             records = self.queue.drain()
             if records:

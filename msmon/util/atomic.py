@@ -46,3 +46,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, fsync: bool = Tru
 def atomic_write_json(path: str | os.PathLike[str], data: Any, fsync: bool = True) -> None:
     """Write ``data`` as indented JSON atomically (NaN and Infinity kept as Python's json tokens)."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", fsync=fsync)
+
+
+def rewrite_json(path: Path, data: Any) -> None:
+    """Replace ``path`` with compact JSON, for a file that one thread alone rewrites often (a heartbeat): a fixed
+    temporary name beside it, no fsync, C-encoded JSON (an indent would take the pure-Python encoder)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(json.dumps(data, default=str).encode("utf-8"))
+    os.replace(tmp, path)

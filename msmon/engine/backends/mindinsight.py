@@ -3,8 +3,9 @@ lineage beside them (hyperparameters at the start; loss, results and status at t
 lineage.py).
 
 Both files are written with MindSpore's own writers (the C++ ``EventWriter`` behind ``SummaryRecord``) on the
-backend's worker thread. ``SummaryRecord`` itself is not used: it forks a writer process that busy-polls its
-queue and keeps a whole CPU core busy for the entire run.
+backend's worker thread; the scalars' events are encoded by msmon/engine/backends/summary_event.py.
+``SummaryRecord`` itself is not used: it forks a writer process that busy-polls its queue and keeps a whole CPU
+core busy for the entire run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from msmon.engine.backends.lineage import (
     eval_lineage,
     train_lineage,
 )
+from msmon.engine.backends.summary_event import scalars_event
 from msmon.status import RunStatus
 
 
@@ -60,15 +62,9 @@ class MindInsightBackend(Backend):
         self._lineage = lineage
 
     def write(self, records: list[dict[str, Any]]) -> None:
-        import numpy as np
-        from mindspore.train.summary._summary_adapter import package_summary_event
-
-        for record in records:
-            # float32 scalars; NaN and +-Inf are stored as such
-            values = [{"_type": "Scalar", "name": key, "data": np.asarray(value, np.float32)}
-                      for key, value in metric_items(record)]
-            event = package_summary_event(values, int(record["step"]), float(record["time"]))
-            self._writer.write("summary", event.SerializeToString())
+        for record in records:  # float32 scalars; NaN and +-Inf are stored as such
+            event = scalars_event(int(record["step"]), float(record["time"]), metric_items(record))
+            self._writer.write("summary", event)
 
     def flush(self) -> None:
         self._writer.flush()
