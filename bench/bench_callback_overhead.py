@@ -278,6 +278,13 @@ def main() -> int:
     parser.add_argument("--mlflow", default=None)
     parser.add_argument("--only", nargs="*", default=list(SCENARIOS))
     args = parser.parse_args()
+    from helpers_training import BATCH_SIZE
+
+    from msmon.config.datasets import DATASETS
+
+    most = DATASETS["quickstart"].samples // BATCH_SIZE
+    if args.steps > most:
+        parser.error(f"--steps {args.steps}: the quickstart's dataset holds {most} steps; use --rounds for more blocks")
     if args.child and os.environ.get("MS_ROLE") == "MS_SCHED":  # msrun's scheduler: serve the cluster, nothing else
         from mindspore.communication import init
 
