@@ -66,18 +66,19 @@
     return best;
   }
 
+  function element(tag, className) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    return node;
+  }
+
   function makePanel(p) {
-    const box = document.createElement("div");
-    box.className = "panel";
-    const head = document.createElement("div");
-    head.className = "panel-head";
-    const title = document.createElement("span");
-    title.className = "panel-title";
+    const box = element("div", "panel");
+    const head = element("div", "panel-head");
+    const title = element("span", "panel-title");
     title.textContent = p.label;
-    const readout = document.createElement("span");
-    readout.className = "readout";
-    const logLabel = document.createElement("label");
-    logLabel.className = "logtoggle";
+    const readout = element("span", "readout");
+    const logLabel = element("label", "logtoggle");
     const logBox = document.createElement("input");
     logBox.type = "checkbox";
     logLabel.appendChild(logBox);
