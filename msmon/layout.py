@@ -14,7 +14,7 @@ MINDFORMERS_YAML = "mindformers.yaml"  # the config the training loads (msmon.co
 METRICS = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 ALERTS = "alerts.jsonl"
-HEARTBEATS = "heartbeats"  # each rank's liveness: heartbeats/rank_N.json
+HEARTBEATS = "heartbeats"  # each rank's liveness: heartbeats/rank_N.json; its step costs: rank_N.jsonl
 STACKS = "stacks"  # each rank's Python stacks, captured when the run stalls: stacks/rank_N.txt
 REPORT = "report.html"
 LOGS = "logs"
@@ -64,6 +64,11 @@ def alert_context(step: int, detector: str) -> str:
 def rank_heartbeat(run_dir: Path, rank: int) -> Path:
     """One rank's liveness file, rewritten every second by that rank."""
     return run_dir / HEARTBEATS / f"rank_{rank}.json"
+
+
+def rank_costs(run_dir: Path, rank: int) -> Path:
+    """One rank's step costs, a line per logged step (``msmon.step_cost.StepCost``), appended by that rank."""
+    return run_dir / HEARTBEATS / f"rank_{rank}.jsonl"
 
 
 def rank_stacks(run_dir: Path, rank: int) -> Path:

@@ -9,6 +9,10 @@ before msmon's own callback (mindformers runs the config's callbacks first).
   reads it: a rank whose loss diverges while rank 0 stays finite.
 - ``DumpOutputs``: writes each step's train-step outputs (as floats) to ``logs/outputs.jsonl`` of the run directory
   (JSON lines, rank 0), the optimizer's parameter names first: what msmon must record, read independently of msmon.
+- ``SlowHostOnRank``: on one rank, sleeps ``ms`` milliseconds in ``on_train_step_begin`` of every step: host work
+  outside the step (before msmon's step begin) that holds the other ranks back at the next collective.
+- ``LeakHostMemory``: keeps ``mb`` MiB of written bytes at every step end: host memory that grows by exactly that
+  much a step.
 - ``GrowBlock``: from one step on, makes block ``block``'s gradients grow by ``factor`` per step without changing
   what the network computes: it divides some of the block's weights by the factor and multiplies the weights that
   undo it (the legacy attention's wq/wk and wv/wo and its ffn's w3/w2; the mcore linear_qkv, whose query and key
@@ -58,6 +62,25 @@ class NanLossOnRank(Callback):
         outputs = list(cb_params.net_outputs)
         outputs[0] = ms.Tensor(np.float32("nan"))
         cb_params.net_outputs = tuple(outputs)
+
+
+class SlowHostOnRank(Callback):
+    def __init__(self, rank: int = 1, ms: float = 40.0, **_: Any) -> None:
+        super().__init__()
+        self.rank, self.seconds = rank, ms / 1000.0
+
+    def on_train_step_begin(self, run_context: Any) -> None:
+        if this_rank() == self.rank:
+            time.sleep(self.seconds)
+
+
+class LeakHostMemory(Callback):
+    def __init__(self, mb: int = 2, **_: Any) -> None:
+        super().__init__()
+        self.size, self.kept = mb * 2**20, []
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        self.kept.append(b"x" * self.size)  # written, so resident
 
 
 class DumpOutputs(Callback):

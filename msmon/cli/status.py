@@ -10,7 +10,10 @@ from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
 from msmon.status import RunStatus
+from msmon.step_cost import StepCost
 
+#: each rank's last logged step: ms per step inside and outside it, host memory (msmon.step_cost.StepCost)
+COST_COLUMNS = ("in step", "outside", "host MiB")
 STATE_COLOURS = {"not responding": "bold red", "stopped": "bold red", "no heartbeat": "yellow", RunStatus.FAILED: "red"}
 
 
@@ -43,17 +46,27 @@ def status(
         console.print("no rank heartbeats in heartbeats/ (each rank writes one while it trains; older runs have none)")
         return
     table = Table(box=None, header_style="bold")
-    for column in ("rank", "last step", "age", "heartbeat", "state", "host", "pid"):
-        table.add_column(column, justify="right" if column in ("rank", "last step", "age", "heartbeat") else "left")
+    for column in ("rank", "last step", "age", "heartbeat", "state", *COST_COLUMNS, "host", "pid"):
+        table.add_column(column, justify="left" if column in ("state", "host", "pid") else "right")
     for state in ranks.states:
         colour = STATE_COLOURS.get(state.state, "default")
         table.add_row(
             str(state.rank), str(state.ended or "-"), format_duration(state.age_s(ranks.now), fine=True),
             format_duration(state.alive_age_s, fine=True), f"[{colour}]{escape(state.state)}[/]",
-            escape(str(state.host or "-")), str(state.pid or "-"),
+            *cost_cells(state.last_cost), escape(str(state.host or "-")), str(state.pid or "-"),
         )
     console.print(table)
     if ranks.diagnosis is not None:
         console.print(f"no step has ended for {format_duration(ranks.idle_s, fine=True)}:")
         for line in ranks.diagnosis.lines:
             console.print(f"  {escape(line)}")
+
+
+def cost_cells(cost: StepCost | None) -> tuple[str, str, str]:
+    """The COST_COLUMNS of one rank ("-" before its first logged step)."""
+    from msmon.util.numbers import fmt_number
+
+    if cost is None:
+        return "-", "-", "-"
+    host = fmt_number(round(cost.host_mb)) if cost.host_mb is not None else "-"
+    return f"{cost.inside_ms:.1f} ms", f"{cost.outside_ms:.1f} ms", host

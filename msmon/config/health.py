@@ -115,6 +115,33 @@ class StallSettings:
     poll_s: float = doc(0.5, "how often msmon run's parent reads the ranks' heartbeats", at_least=0.05)
 
 
+@dataclass(frozen=True)
+class SlowRankSettings:
+    enabled: bool = doc(True, "name a rank whose time outside the step (or whole step time) stays above its peers'")
+    action: Action = doc("alert", ACTION_DOC)
+    ratio: float = doc(1.5, "a slow rank's time is above ratio x the other ranks' median ...", above=1.0)
+    min_excess_ms: float = doc(5.0, "... by at least this many milliseconds a step ...", at_least=0.0)
+    window_steps: int = doc(50, "... at every logged step for this many training steps", at_least=1)
+    skip_steps: int = doc(10, "training steps after a start or a restart that are not judged (compilation)",
+                          at_least=0)
+
+
+@dataclass(frozen=True)
+class MemoryGrowthSettings:
+    enabled: bool = doc(True, "alert when a rank's host or device memory grows steadily (a leak, fragmentation)")
+    action: Action = doc("alert", ACTION_DOC)
+    window_steps: int = doc(100, "training steps over which the growth is fitted (a straight line) ...", at_least=2)
+    min_growth_mb: float = doc(200.0, "... that must grow by at least this many MiB over the window ...", above=0.0)
+    min_fit: float = doc(0.9, "... and fit a straight line this well (R squared: steady growth, not one jump)",
+                         at_least=0.0, at_most=1.0)
+    skip_steps: int = doc(20, "training steps after a start or a restart that are not fitted (warm-up allocations)",
+                          at_least=0)
+    device_capacity_gb: float | None = doc(
+        None, "the device's memory (time left to it in the alert); default: not known, the growth rate only",
+        above=0.0,
+    )
+
+
 ChatService = Literal["feishu", "lark", "dingtalk", "wecom", "slack"]
 
 
@@ -150,4 +177,6 @@ class HealthSettings:
     learning_rate: LearningRateSettings = field(default_factory=LearningRateSettings)
     throughput_drop: ThroughputDropSettings = field(default_factory=ThroughputDropSettings)
     stall: StallSettings = field(default_factory=StallSettings)
+    slow_rank: SlowRankSettings = field(default_factory=SlowRankSettings)
+    memory_growth: MemoryGrowthSettings = field(default_factory=MemoryGrowthSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)

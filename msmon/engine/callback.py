@@ -26,6 +26,7 @@ from msmon.engine.flight import FlightRecorder
 from msmon.engine.grad_groups import GradGroups, groups_of_network
 from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
+from msmon.engine.step_clock import StepClock
 from msmon.engine.train_facts import batch_shape, find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
 
 logger = logging.getLogger("msmon")
@@ -75,7 +76,7 @@ class StepObserver:
         self._seq_length = seq_length_of(config)
         self._batch: tuple[int, int | None] | None = None
         self._optimizer: Any = None
-        self._process: Any = None
+        self._clock = StepClock()
         self._checked = reduced  # the writing rank warns about absent metrics, once
         self._fix: loss_fix.Fix | None = None
         self._bucket = 0
@@ -96,7 +97,9 @@ class StepObserver:
     def begin(self, cb_params: Any) -> None:
         """Train begin: the time base of the first step, the planned number of steps, and mindformers' loss
         correction for parallel runs (``cb_params.list_callback``: the training's callbacks)."""
-        self._progress.last_end_monotonic = time.monotonic()
+        now = time.monotonic()
+        self._progress.last_end_monotonic = now
+        self._clock.train_begin(now)
         self._progress.training_thread = threading.get_ident()
         epochs, per_epoch = cb_params.get("epoch_num"), cb_params.get("batch_num")
         if self._progress.total_steps is None and isinstance(epochs, int) and isinstance(per_epoch, int):
@@ -108,16 +111,19 @@ class StepObserver:
     def step_begin(self, cb_params: Any) -> None:
         """Step begin: which step runs and since when (read by the heartbeat thread)."""
         progress = self._progress
-        progress.begun_monotonic = time.monotonic()
+        progress.begun_monotonic = now = time.monotonic()
+        self._clock.begin(now)
         progress.begun_step = cb_params.cur_step_num + (self._offset or 0)
 
     def step_end(self, cb_params: Any) -> bool:
         """Step end: count, log every ``log_interval`` steps; True when the run must stop."""
         now = time.monotonic()
+        self._clock.end(now)
         if self._offset is None:  # MindSpore counts from 1 again in a resumed run; its optimizer restored the step
             self._optimizer = find_optimizer(cb_params)
             self._offset = steps_before(self._optimizer, cb_params.cur_step_num)
             self._bucket = self._offset // self._interval
+            self._clock.first_step(self._offset)
         step = cb_params.cur_step_num + self._offset
         progress = self._progress
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
@@ -159,8 +165,7 @@ class StepObserver:
             self._throughput(cb_params, step_seconds, record)
         if "epoch" in wanted and cb_params.get("cur_epoch_num") is not None:
             record["epoch"] = int(cb_params.cur_epoch_num)
-        if "host_memory_mb" in wanted:
-            self._memory(record)
+        self._cost(record, step)
         if not self._checked:
             self._checked = True
             self._warn_absent(record)
@@ -239,16 +244,11 @@ class StepObserver:
         record["samples_per_s"] = samples * world / step_seconds
         record["samples_per_s_per_device"] = samples / step_seconds
 
-    def _memory(self, record: dict[str, Any]) -> None:
-        if self._process is None:
-            try:
-                import psutil
-
-                self._process = psutil.Process()
-            except Exception:
-                self._process = False
-        if self._process:
-            record["host_memory_mb"] = self._process.memory_info().rss / 2**20
+    def _cost(self, record: dict[str, Any], step: int) -> None:
+        """This logging step's StepCost, for the heartbeat; its figures in the record when tracked."""
+        cost = self._clock.cost(step, record["time"])
+        self._progress.add_cost(cost)
+        record.update(cost.record_fields(self._metrics))
 
     def _warn_absent(self, record: dict[str, Any]) -> None:
         present = set(record)

@@ -5,12 +5,16 @@ refreshed by this thread whatever the training thread does: a watcher tells a ra
 in the step) from a frozen one (``alive`` stops). It also keeps the rank's last logged loss / grad_norm /
 overflow and the first record of its latest non-finite episode (the step a divergence began, even when the
 parent reads the file only later; a session listener, on the writer thread): the ``msmon run`` parent judges
-them with the non-finite detector (docs/health.md, "Distributed runs"). The training thread writes nothing
-here; a write (compact JSON, one fixed temporary file, no fsync) costs this thread about 0.1 ms a second.
+them with the non-finite detector (docs/health.md, "Distributed runs"). It carries the rank's recent step costs
+(``msmon.step_cost.StepCost``: time inside and outside the step, memory) and this host's memory limit and what is
+left of it, and appends each new cost to ``heartbeats/rank_N.jsonl`` (the slow-rank and memory-growth detectors,
+live in the parent and in ``msmon replay``). The training thread writes nothing here; a write (compact JSON, one
+fixed temporary file, no fsync) costs this thread about 0.1 ms a second.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -24,11 +28,13 @@ from msmon.config.metrics import nonfinite_values
 from msmon.engine.record import StepProgress
 from msmon.errors import describe
 from msmon.util.atomic import rewrite_json
+from msmon.util.memory import host_memory
 
 logger = logging.getLogger("msmon")
 
 HEARTBEAT_S = 1.0  # how often the file is rewritten
 VALUE_KEYS = ("step", "time", "loss", "grad_norm", "overflow", "loss_mean")
+RECENT_COSTS = 16  # the step costs a heartbeat carries (the parent reads it every poll_s; the file keeps them all)
 
 
 class RankHeartbeat:
@@ -37,6 +43,9 @@ class RankHeartbeat:
     def __init__(self, run_dir: Path, progress: StepProgress, rank: int, *, log_interval: int = 1,
                  interval_s: float = HEARTBEAT_S) -> None:
         self.path = layout.rank_heartbeat(Path(run_dir), rank)
+        self.costs_path = layout.rank_costs(Path(run_dir), rank)
+        self._costs_written = 0
+        self._host_memory: tuple[float | None, float | None] = (None, None)  # (limit, left) MiB, read with costs
         self._progress = progress
         self._rank = rank
         self._log_interval = log_interval
@@ -87,6 +96,8 @@ class RankHeartbeat:
     def snapshot(self) -> dict[str, Any]:
         p = self._progress
         state = self._state if self._state != "starting" or not p.begun_step else "training"
+        costs, _ = p.costs_since(max(0, p.cost_count - RECENT_COSTS))
+        limit, available = self._host_memory
         return {
             "rank": self._rank, "pid": os.getpid(), "host": self._host, "thread": p.training_thread,
             "state": state, "alive": time.time(),
@@ -94,14 +105,26 @@ class RankHeartbeat:
             "ended": p.last_step, "ended_time": p.last_end_wall, "total_steps": p.total_steps,
             "step_seconds": [round(s, 6) for s in p.steady_step_seconds(self._log_interval)],
             "logged": self._logged, "nonfinite": self._nonfinite,
+            "costs": [cost.to_json() for cost in costs],
+            "host_limit_mb": limit, "host_available_mb": available,
         }
 
     def write(self) -> None:
         with self._lock:  # the thread and the last write at stop never interleave
             try:
+                self._append_costs()
                 rewrite_json(self.path, self.snapshot())
             except OSError as exc:  # a monitor never breaks training
                 self._warn(exc)
+
+    def _append_costs(self) -> None:
+        """The step costs logged since the last write, appended to ``heartbeats/rank_N.jsonl``."""
+        costs, self._costs_written = self._progress.costs_since(self._costs_written)
+        if costs:
+            limit, left = host_memory()
+            self._host_memory = round(limit, 1), round(left, 1)
+            with self.costs_path.open("a", encoding="utf-8") as handle:
+                handle.write("".join(json.dumps(cost.to_json(), separators=(",", ":")) + "\n" for cost in costs))
 
     def _warn(self, exc: OSError) -> None:
         if not self._warned:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msmon.config.metrics import canonical_metric
+from msmon.step_cost import StepCost
 from msmon.util.numbers import fmt_number
 
 #: The record keys a tracked metric produces (throughput brings its companions).
@@ -18,6 +19,8 @@ METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device"),
     "loss": ("loss", "loss_mean"),
     "grad_norm": ("grad_norm", "grad_norm_mean", "grad_norm_max"),
+    "step_time_ms": ("step_time_ms", "step_inside_ms", "step_outside_ms"),
+    "host_memory_mb": ("host_memory_mb", "device_memory_mb", "device_memory_peak_mb"),
     "layer_grad_norm": (),  # grad_norm/<group>: the groups are known only once the model is built
 }
 
@@ -98,6 +101,8 @@ class StepProgress:
     training_thread: int | None = None  # the ident of the thread that trains (its stack is the one that matters)
     total_steps: int | None = None
     recent_step_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    recent_costs: deque[StepCost] = field(default_factory=lambda: deque(maxlen=64))
+    cost_count: int = 0  # every StepCost added so far (the heartbeat appends the ones it has not written)
     _wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic(), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -105,6 +110,18 @@ class StepProgress:
         """Training thread, logging steps only: one more step duration."""
         with self._lock:
             self.recent_step_seconds.append(seconds)
+
+    def add_cost(self, cost: StepCost) -> None:
+        """Training thread, logging steps only: this step's cost."""
+        with self._lock:
+            self.recent_costs.append(cost)
+            self.cost_count += 1
+
+    def costs_since(self, count: int) -> tuple[list[StepCost], int]:
+        """Any thread: (the recent costs added after the first ``count``, the count now)."""
+        with self._lock:
+            new = min(self.cost_count - count, len(self.recent_costs))
+            return list(self.recent_costs)[len(self.recent_costs) - new:], self.cost_count
 
     def step_seconds(self) -> list[float]:
         """Any thread: a consistent copy of the recent step durations."""

@@ -15,6 +15,8 @@ from msmon.config.health import HealthSettings
 from msmon.errors import MsmonError
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
+from msmon.health.rank_costs import RankCosts, RankReport
+from msmon.step_cost import StepCost, read_costs
 from msmon.util.jsonfiles import parse_object, read_json_object, read_jsonl
 from msmon.util.numbers import as_number, with_nonfinite_floats
 
@@ -176,4 +178,33 @@ def replay(
         monitor.observe(record)
         previous = record["step"]
         count += 1
+    if source.is_dir():
+        replay_costs(monitor, read_costs(source))
     return sorted(monitor.alerts, key=lambda alert: alert.step), count
+
+
+def attempts_of(costs: list[StepCost]) -> list[list[StepCost]]:
+    """One rank's costs cut where the step goes back (a restart from a checkpoint, a resume)."""
+    attempts: list[list[StepCost]] = [[]]
+    for cost in costs:
+        if attempts[-1] and cost.step <= attempts[-1][-1].step:
+            attempts.append([])
+        attempts[-1].append(cost)
+    return attempts
+
+
+def replay_costs(monitor: HealthMonitor, costs: dict[int, list[StepCost]]) -> None:
+    """Every rank's recorded step costs (``heartbeats/rank_N.jsonl``) through the memory-growth and slow-rank
+    detectors, attempt by attempt, the ranks side by side as the live watcher saw them."""
+    judge = RankCosts(monitor.settings)
+    split = {rank: attempts_of(own) for rank, own in costs.items()}
+    for attempt in range(max((len(parts) for parts in split.values()), default=0)):
+        if attempt:
+            judge.resumed()
+        steps: dict[int, dict[int, RankReport]] = {}
+        for rank, parts in split.items():
+            for cost in parts[attempt] if attempt < len(parts) else []:
+                steps.setdefault(cost.step, {})[rank] = RankReport((cost,))
+        for step in sorted(steps):
+            for alert in judge.observe(steps[step]):
+                monitor.report(alert.detector, alert.signal, alert.step, alert.time)

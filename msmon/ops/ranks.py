@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.step_cost import StepCost
 from msmon.util import procs
 from msmon.util.durations import format_duration
 from msmon.util.jsonfiles import read_json_object
@@ -40,6 +41,12 @@ class RankState:
     def responsive(self) -> bool:
         return self.state not in ("not responding", "stopped", "no heartbeat")
 
+    @property
+    def last_cost(self) -> StepCost | None:
+        """The rank's latest logged step cost (time inside and outside the step, memory), None before one."""
+        costs = self.beat.get("costs")
+        return StepCost.from_json(costs[-1]) if isinstance(costs, list) and costs else None
+
     def age_s(self, now: float) -> float | None:
         """Seconds since the rank's last step ended (since its last heartbeat before the first step)."""
         if self.ended_time is not None:
@@ -47,8 +54,10 @@ class RankState:
         return self.alive_age_s
 
     def to_json(self, now: float) -> dict[str, Any]:
+        cost = self.last_cost
         return {"rank": self.rank, "state": self.state, "last_step": self.ended or None, "begun": self.begun or None,
-                "age_s": self.age_s(now), "heartbeat_age_s": self.alive_age_s, "host": self.host, "pid": self.pid}
+                "age_s": self.age_s(now), "heartbeat_age_s": self.alive_age_s, "host": self.host, "pid": self.pid,
+                "cost": cost.to_json() if cost is not None else None}
 
 
 def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:

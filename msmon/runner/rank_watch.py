@@ -31,10 +31,13 @@ from msmon.config.schema import MonitorSettings
 from msmon.health import HealthMonitor, make_sinks
 from msmon.health.alert import Signal
 from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.rank_costs import RankCosts, RankReport
 from msmon.ops.ranks import LIVE, diagnose, rank_states, ranks_text, read_heartbeats
 from msmon.runner import stacks
+from msmon.step_cost import StepCost
 from msmon.util.atomic import atomic_write_json
 from msmon.util.jsonfiles import read_json_object
+from msmon.util.numbers import as_number
 
 logger = logging.getLogger("msmon")
 
@@ -59,6 +62,7 @@ class RankWatcher:
                                      request_stop=request_stop) if self.enabled else None
         self._detectors: dict[int, NonFiniteDetector] = {}
         self._fed: dict[int, int] = {}
+        self._costs = RankCosts(self.health)
         self._started = time.time()
         self._next = 0.0
         self._served: Any = None
@@ -83,6 +87,8 @@ class RankWatcher:
             beats = {rank: beat for rank, beat in beats.items() if rank in local}
         if self.health.nonfinite.enabled:
             self._check_values(beats)
+        if self.health.slow_rank.enabled or self.health.memory_growth.enabled:
+            self._check_costs(beats)
         if self.health.stall.enabled:
             self._check_stall(beats, local)
 
@@ -96,6 +102,7 @@ class RankWatcher:
                 path.unlink(missing_ok=True)
         self._detectors.clear()
         self._fed.clear()
+        self._costs.resumed()
         self._started = time.time()
         self._next = 0.0
         if self.monitor is not None:
@@ -130,6 +137,19 @@ class RankWatcher:
             values = {**signal.values, "rank": ranks[0], "ranks": ranks}
             self.monitor.report("nonfinite", Signal(signal.severity, message, values), record.get("step"),
                                 record.get("time"))
+
+    # -- step costs: memory growth, the slow rank ------------------------------------------------
+    def _check_costs(self, beats: dict[int, dict[str, Any]]) -> None:
+        reports = {}
+        for rank, beat in beats.items():
+            listed = beat.get("costs")
+            costs = listed if isinstance(listed, list) else []
+            host, left = beat.get("host"), as_number(beat.get("host_available_mb"))
+            reports[rank] = RankReport(tuple(c for c in map(StepCost.from_json, costs) if c is not None),
+                                       host if isinstance(host, str) else None, left)
+        for alert in self._costs.observe(reports):
+            if self.monitor is not None:
+                self.monitor.report(alert.detector, alert.signal, alert.step, alert.time)
 
     # -- the stall --------------------------------------------------------------------------------
     def _check_stall(self, beats: dict[int, dict[str, Any]], local: dict[int, psutil.Process]) -> None:

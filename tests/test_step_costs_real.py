@@ -1,0 +1,84 @@
+"""What a step costs, rank by rank, on the real Trainer: a rank slow in its host time on two msrun ranks is named
+(and only it), a callback that leaks host memory is found with its rate, and the clean canonical runs raise neither
+alert. Each of the two trainings here injects its fault from the start; every other check rides on them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from canonical import registered
+from conftest import run_msmon
+from helpers_ranks import RankRun
+from helpers_training import write_quickstart_config
+from launch import Launched, records
+
+pytestmark = pytest.mark.training
+
+COST_DETECTORS = {"slow_rank", "memory_growth"}
+
+
+def test_a_rank_slow_in_its_host_time_is_named_with_its_host_and_figures(tmp_path: Path) -> None:
+    """Two data-parallel ranks, rank 1 sleeping 60 ms before every step (its host time, outside the step): one
+    slow_rank alert names rank 1 within 100 steps, the run completes; the ending, `msmon status` and `msmon replay`
+    show the same split."""
+    steps = 120
+    run = RankRun.start(tmp_path, steps=steps, log_interval=5,
+                        callbacks=[registered("SlowHostOnRank", rank=1, ms=60)])
+    assert run.finish() == 0, run.stderr[-3000:]
+    slow = [a for a in run.alerts() if a["detector"] in COST_DETECTORS]
+    assert [(a["detector"], a["values"]["rank"], a["values"]["figure"]) for a in slow] == \
+        [("slow_rank", 1, "outside_ms")], slow
+    (alert,) = slow
+    assert alert["step"] <= 100 and alert["values"]["ms"] >= 55.0 and alert["values"]["ratio"] >= 3.0
+    assert f"rank 1 on {run.heartbeat(1)['host']}" in alert["message"]
+    print(f"measured: named at step {alert['step']}: {alert['message']}")
+    assert "step time: rank 0" in run.stderr and "; rank 1 " in run.stderr  # the ending, rank by rank
+    beats = [run.heartbeat(rank)["costs"][-1] for rank in (0, 1)]
+    assert beats[1]["outside_ms"] >= 55.0 > beats[0]["outside_ms"] and beats[0]["inside_ms"] > beats[1]["inside_ms"]
+
+    status = run_msmon("status", str(run.run_dir), "--json")
+    assert status.code == 0, status.stderr
+    ranks = {row["rank"]: row["cost"] for row in json.loads(status.stdout)["ranks"]}
+    assert ranks[1]["outside_ms"] >= 55.0 and ranks[0]["outside_ms"] < 55.0
+    table = run_msmon("status", str(run.run_dir))
+    assert "outside" in table.stdout and "host MiB" in table.stdout, table.stdout
+
+    replayed = run_msmon("replay", str(run.run_dir), "--json")
+    found = [a for a in json.loads(replayed.stdout) if a["detector"] in COST_DETECTORS]
+    assert [(a["detector"], a["values"]["rank"]) for a in found] == [("slow_rank", 1)], replayed.stdout
+
+
+def test_a_callback_that_leaks_host_memory_is_named_with_its_growth_rate(tmp_path: Path) -> None:
+    """The legacy quickstart with a callback that keeps 2 MiB a step: one memory_growth alert with a rate within
+    20% of 2 MiB a step and the time left to the host's limit; the records carry the memory and the time split."""
+    leak_mb, steps = 2, 120
+    config = write_quickstart_config(
+        tmp_path, steps=steps, log_interval=2, monitor_type=["file"],
+        track_metrics=["loss", "step_time_ms", "host_memory_mb"],
+        health={"memory_growth": {"window_steps": 60, "min_growth_mb": 60, "skip_steps": 10}},
+        overrides={"callbacks": [{"type": "MFLossMonitor"}, registered("LeakHostMemory", mb=leak_mb)]})
+    run = Launched.start(tmp_path, "run", str(config), "--plain")
+    assert run.finish() == 0, run.output[-3000:]
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "test_run"
+    alerts = [a for a in records(run_dir, "alerts.jsonl") if a["detector"] in COST_DETECTORS]
+    assert [(a["detector"], a["values"]["rank"], a["values"]["kind"]) for a in alerts] == [("memory_growth", 0, "host")]
+    values = alerts[0]["values"]
+    assert values["mb_per_step"] == pytest.approx(leak_mb, rel=0.2), values
+    assert values["seconds_left"] > 0 and "the host's memory limit is reached in about" in alerts[0]["message"]
+    print(f"measured: {values['mb_per_step']:.3f} MiB a step (injected {leak_mb}), fit {values['fit']:.3f}")
+    rows = records(run_dir)
+    assert all({"host_memory_mb", "step_inside_ms", "step_outside_ms"} <= set(row) for row in rows)
+    assert "device_memory_mb" not in rows[-1]  # CPU: no device memory, no placeholder
+    grown = rows[-1]["host_memory_mb"] - rows[len(rows) // 2]["host_memory_mb"]
+    assert grown == pytest.approx(leak_mb * (rows[-1]["step"] - rows[len(rows) // 2]["step"]), rel=0.2)
+
+
+@pytest.mark.parametrize("name", ["completed_legacy", "completed_mcore", "lr_2e_2", "interrupted_legacy"])
+def test_the_clean_canonical_runs_raise_no_memory_or_slow_rank_alert(canonical, name: str) -> None:
+    run = canonical(name)
+    assert [a for a in run.alerts() if a["detector"] in COST_DETECTORS] == []
+    costs = [json.loads(line) for line in (run.run_dir / "heartbeats" / "rank_0.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in costs] == [r["step"] for r in run.records()]  # one cost per logged step
+    assert all(c["host_mb"] > 0 and c["inside_ms"] > 0 for c in costs)
