@@ -5,6 +5,7 @@ read costs a call into the runtime; on CPU there is no device and nothing is rea
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +16,10 @@ logger = logging.getLogger("msmon")
 
 
 def _device_readers() -> tuple[Callable[[], int], Callable[[], int]] | None:
-    """MindSpore's (allocated, peak allocated) device-memory functions, or None on CPU or without them."""
-    import mindspore
-
-    if str(mindspore.get_context("device_target")).upper() == "CPU":
+    """MindSpore's (allocated, peak allocated) device-memory functions, or None on CPU, without them, or when no
+    MindSpore is imported (nothing of it trains here: msmon never imports it for this)."""
+    mindspore = sys.modules.get("mindspore")
+    if mindspore is None or str(mindspore.get_context("device_target")).upper() == "CPU":
         return None
     for module_name in ("runtime", "hal"):  # mindspore.runtime from 2.5, mindspore.hal before
         module: Any = getattr(mindspore, module_name, None)
