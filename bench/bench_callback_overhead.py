@@ -54,6 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 PROCESS_CPU_TARGET = 1.02  # whole processes alternated: CPU per step with msmon over without
+RSS_TARGET_MB = 100  # whole processes alternated: the host memory msmon adds to a rank
 CORE = ["loss", "grad_norm", "learning_rate", "throughput", "global_step"]
 SCENARIOS: dict[str, dict[str, Any]] = {
     "core": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01},
@@ -323,6 +324,7 @@ def main() -> int:
         if runs.get(scenario):
             print(cpu_line(scenario, runs[scenario]))
             print(process_cpu_line(scenario, runs[scenario], runs["none"]))
+            print(rss_line(scenario, runs[scenario], runs["none"]))
     return 0
 
 
@@ -335,6 +337,16 @@ def process_cpu_line(scenario: str, runs: list[dict[str, Any]], baseline: list[d
     base = statistics.median(r["process_cpu_ms"] for r in baseline)
     return (f"{scenario} process CPU per step, on / off, {len(pairs)} pairs: {ratio:.3f} (pairs {each}; baseline "
             f"{base:.1f} ms per step), target <={PROCESS_CPU_TARGET}: {verdict}")
+
+
+def rss_line(scenario: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> str:
+    """Whole processes alternated: the host memory msmon adds (each run's largest RSS sample minus the baseline
+    run's of its round; every 50 steps)."""
+    added = [max(on["rss_mb"]) - max(off["rss_mb"]) for on, off in zip(runs, baseline, strict=True)]
+    verdict = "ok" if statistics.median(added) <= RSS_TARGET_MB else "MISSED"
+    each = " ".join(f"{mb:+.0f}" for mb in added)
+    return (f"{scenario} host memory msmon adds per process (RSS on - off), {len(added)} pairs: "
+            f"{statistics.median(added):+.0f} MB (pairs {each}), target <={RSS_TARGET_MB} MB: {verdict}")
 
 
 def cpu_line(scenario: str, runs: list[dict[str, Any]]) -> str:

@@ -88,6 +88,7 @@ _FIELDS = {
     "loss_lm": re.compile(r"lm_loss: ([^,\s]+)"),
     "loss_mtp": re.compile(r"mtp_loss: ([^,\s]+)"),
     "loss_aux": re.compile(r"load_balancing_loss: ([^,\s]+)"),
+    "tflops_per_device": re.compile(r"train_throughput_per_npu: ([0-9.]+)T"),
 }
 
 

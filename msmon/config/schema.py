@@ -81,6 +81,10 @@ class MonitorSettings:
     save_dir: str = doc(DEFAULT_SAVE_DIR, "root of all run directories (ASCII, no whitespace)", "MS201-MS204")
     use_callback: bool = doc(True, "inject msmon's callback into the Trainer (false: validate + board only)")
     verbose: bool = doc(False, "print the registration line and one console line per logged step")
+    peak_tflops: float | None = doc(
+        None, "the device's peak dense TFLOPS (FP16/BF16) for MFU; default: msmon's table by device name", above=0.0
+    )
+    device_name: str | None = doc(None, "the device's name for the peak table; default: as MindSpore reports it")
     file: FileOptions = field(default_factory=FileOptions)
     tensorboard: TensorBoardOptions = field(default_factory=TensorBoardOptions)
     mlflow: MlflowOptions = field(default_factory=MlflowOptions)

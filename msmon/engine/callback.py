@@ -27,7 +27,8 @@ from msmon.engine.grad_groups import GradGroups, groups_of_network
 from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
 from msmon.engine.step_clock import StepClock
-from msmon.engine.train_facts import batch_shape, find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
+from msmon.engine.throughput import Throughput
+from msmon.engine.train_facts import find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
 
 logger = logging.getLogger("msmon")
 
@@ -73,8 +74,7 @@ class StepObserver:
         self._rank = rank
         self._world = max(1, world_size)
         self._config = config
-        self._seq_length = seq_length_of(config)
-        self._batch: tuple[int, int | None] | None = None
+        self._speed = Throughput(config, seq_length_of(config), self._world, settings.peak_tflops, settings.device_name)
         self._optimizer: Any = None
         self._clock = StepClock()
         self._checked = reduced  # the writing rank warns about absent metrics, once
@@ -118,7 +118,6 @@ class StepObserver:
     def step_end(self, cb_params: Any) -> bool:
         """Step end: count, log every ``log_interval`` steps; True when the run must stop."""
         now = time.monotonic()
-        self._clock.end(now)
         if self._offset is None:  # MindSpore counts from 1 again in a resumed run; its optimizer restored the step
             self._optimizer = find_optimizer(cb_params)
             self._offset = steps_before(self._optimizer, cb_params.cur_step_num)
@@ -130,6 +129,7 @@ class StepObserver:
         progress.last_end_monotonic = now
         progress.last_step = step
         seconds = (now - previous) / max(1, step - previous_step)
+        self._clock.end(now, max(1, step - previous_step))
         bucket = step // self._interval  # a new bucket = a logging step, also when sinking several steps per call
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket
@@ -162,7 +162,7 @@ class StepObserver:
         if "step_time_ms" in wanted:
             record["step_time_ms"] = step_seconds * 1000.0
         if "throughput" in wanted and step_seconds > 0:
-            self._throughput(cb_params, step_seconds, record)
+            self._speed.add(record, cb_params, step_seconds, self._clock.last_inside_s)
         if "epoch" in wanted and cb_params.get("cur_epoch_num") is not None:
             record["epoch"] = int(cb_params.cur_epoch_num)
         self._cost(record, step)
@@ -230,19 +230,6 @@ class StepObserver:
             return
         if value is not None:
             record["learning_rate"] = value
-
-    def _throughput(self, cb_params: Any, step_seconds: float, record: dict[str, Any]) -> None:
-        if self._batch is None:
-            self._batch = batch_shape(cb_params, self._seq_length) or (0, None)
-        samples, tokens = self._batch
-        if not samples:
-            return
-        world = self._world
-        if tokens:
-            record["throughput"] = tokens * world / step_seconds
-            record["throughput_per_device"] = tokens / step_seconds
-        record["samples_per_s"] = samples * world / step_seconds
-        record["samples_per_s_per_device"] = samples / step_seconds
 
     def _cost(self, record: dict[str, Any], step: int) -> None:
         """This logging step's StepCost, for the heartbeat; its figures in the record when tracked."""

@@ -16,7 +16,8 @@ from msmon.util.numbers import fmt_number
 
 #: The record keys a tracked metric produces (throughput brings its companions).
 METRIC_KEYS: dict[str, tuple[str, ...]] = {
-    "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device"),
+    "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device",
+                   "model_flops", "tflops_per_device", "mfu"),
     "loss": ("loss", "loss_mean"),
     "grad_norm": ("grad_norm", "grad_norm_mean", "grad_norm_max"),
     "step_time_ms": ("step_time_ms", "step_inside_ms", "step_outside_ms"),

@@ -17,6 +17,7 @@ class StepClock:
         self._begun: float | None = None
         self._inside = 0.0
         self._outside = 0.0
+        self.last_inside_s = 0.0  # the last step's own time inside it, per step (mindformers' per_step_time)
         self._logged_step: int | None = None
         self._memory = MemoryReads()
 
@@ -32,9 +33,11 @@ class StepClock:
             self._outside += now - self._last_end
         self._begun = now
 
-    def end(self, now: float) -> None:
+    def end(self, now: float, steps: int = 1) -> None:
+        """A step end (``steps``: the steps this call ran, several with dataset sinking)."""
         if self._begun is not None:
             self._inside += now - self._begun
+            self.last_inside_s = (now - self._begun) / steps
         self._begun = None
         self._last_end = now
 

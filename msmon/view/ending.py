@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -68,7 +69,21 @@ def summary_lines(run: RunData) -> list[str]:
     if internal:
         lines.append(f"  msmon internal errors: {internal} (a bug of msmon; training went on); the first: "
                      f"{info.get('first_internal_error')} (traceback in {layout.MSMON_LOG} or the rank's log)")
-    return lines + attempt_line(run) + time_lines(run.path)
+    return lines + attempt_line(run) + speed_lines(run) + time_lines(run.path)
+
+
+def speed_lines(run: RunData) -> list[str]:
+    """``  speed: 112 TFLOPS per device, MFU 36% on 8 x Ascend (median of the logged steps)``, when recorded."""
+    _, tflops = run.series("tflops_per_device")
+    if not tflops:
+        return []
+    _, mfu = run.series("mfu")
+    devices = run.info.get("device_count") or 1
+    target = run.info.get("device_target") or "device"
+    line = f"  speed: {fmt_number(statistics.median(tflops))} TFLOPS per device"
+    if mfu:
+        line += f", MFU {statistics.median(mfu):.0%} on {devices} x {target}"
+    return [line + " (median of the logged steps)"]
 
 
 MAX_SPLIT_RANKS = 4  # ranks listed one by one in the time line; beyond, the median rank and the slowest

@@ -19,8 +19,9 @@ from msmon.view.series import PLOT_METRICS, DrawSeries, RunData, downsample
 ASSETS = Path(__file__).parent / "assets"
 TEMPLATES = Path(__file__).parent / "templates"
 PALETTE: tuple[str, ...] = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04")
-SKIP_METRICS: frozenset[str] = frozenset({"global_step", "epoch", "rank", "time", "step"})
-LABELS: dict[str, str] = {"throughput": "throughput (tokens/s)", "step_time_ms": "step_time (ms)"}
+SKIP_METRICS: frozenset[str] = frozenset({"global_step", "epoch", "rank", "time", "step", "model_flops"})
+LABELS: dict[str, str] = {"throughput": "throughput (tokens/s)", "step_time_ms": "step_time (ms)",
+                          "tflops_per_device": "TFLOPS per device", "mfu": "MFU (model FLOPs utilisation)"}
 
 
 def fmt_time(value: Any) -> str:
