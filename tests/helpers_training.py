@@ -89,6 +89,7 @@ _FIELDS = {
     "loss_mtp": re.compile(r"mtp_loss: ([^,\s]+)"),
     "loss_aux": re.compile(r"load_balancing_loss: ([^,\s]+)"),
     "tflops_per_device": re.compile(r"train_throughput_per_npu: ([0-9.]+)T"),
+    "per_step_time_ms": re.compile(r"per_step_time: (\d+)ms"),
 }
 
 

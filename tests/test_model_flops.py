@@ -78,10 +78,11 @@ def test_tflops_use_the_logging_steps_own_time_and_mfu_the_peak() -> None:
 
 
 @pytest.mark.parametrize("name", ["completed_legacy", "completed_mcore"])
-def test_msmon_tflops_are_the_figures_mindformers_prints(canonical, name: str) -> None:
+def test_msmon_counts_the_flops_mindformers_prints_from(canonical, name: str) -> None:
     """The run's MFLossMonitor counted the FLOPs (legacy: the compiled graph; mcore: the formula): msmon's
-    model_flops is that count and its TFLOPS per device the figure it prints at every logged step, to the
-    printed rounding (3 decimals) and the few microseconds between its clock and msmon's."""
+    model_flops is that count at every log, over mindformers' printed step time they make its printed TFLOPS (to
+    its 3 decimals), and msmon's TFLOPS, over msmon's own time inside the step (which also holds the step-end work
+    of the callbacks before msmon's: mindformers' print, the test's output dump), are never above it."""
     run = canonical(name)
     text = (run.run_dir / "logs" / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace")
     found = FULL_FLOPS.search(text)
@@ -91,10 +92,13 @@ def test_msmon_tflops_are_the_figures_mindformers_prints(canonical, name: str) -
     assert len(rows) == run.steps // run.log_interval
     gaps = []
     for row in rows:
+        line = printed[row["step"]]
+        shown = line["tflops_per_device"]  # 3 decimals, over a step time printed in whole milliseconds
         assert row["model_flops"] == int(found.group(1))
-        gaps.append(abs(row["tflops_per_device"] - printed[row["step"]]["tflops_per_device"]))
-    print(f"measured: {name} largest |msmon - printed| {max(gaps):.5f} T over {len(rows)} logs")
-    assert max(gaps) <= 0.0006
+        assert row["model_flops"] / line["per_step_time_ms"] / 1e9 == pytest.approx(shown, abs=0.0005 + 0.03 * shown)
+        assert row["tflops_per_device"] <= shown + 0.0005
+        gaps.append(line["tflops_per_device"] / row["tflops_per_device"])
+    print(f"measured: {name} printed / msmon TFLOPS: median {sorted(gaps)[len(gaps) // 2]:.3f}, max {max(gaps):.3f}")
     assert "mfu" not in rows[-1]  # CPU: no peak, no MFU
 
 
@@ -119,7 +123,8 @@ def test_the_ending_gives_the_median_tflops_and_mfu(tmp_path) -> None:
     rows = [{"step": s, "time": 1.0 + s, "tflops_per_device": t, "mfu": t / 300.0}
             for s, t in ((10, 100.0), (20, 112.0), (30, 120.0))]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "run.json").write_text(json.dumps({"status": "completed", "device_count": 8, "device_target": "Ascend"}))
+    info = {"status": "completed", "device_count": 8, "device_target": "Ascend"}
+    (tmp_path / "run.json").write_text(json.dumps(info))
     assert speed_lines(load_run(tmp_path)) == ["  speed: 112 TFLOPS per device, MFU 37% on 8 x Ascend (median of the "
                                                "logged steps)"]
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 10, "time": 1.0, "loss": 2.0}) + "\n")
