@@ -23,10 +23,11 @@ from msmon.util.numbers import as_number, fmt_number
 class StepCost:
     """One rank's logged step: the mean per step over the log interval (``steps`` steps) ending at ``step``.
 
-    ``inside_ms``: msmon's step begin to its step end (the graph, and the step-end work of the callbacks that run
-    before msmon's: mindformers' loss read, a checkpoint save); ``outside_ms``: msmon's step end to the next step
-    begin (the next batch's data, the step-begin callbacks). Memory in MiB at the logging step: the process's
-    resident host memory, and the device's allocated and peak memory where MindSpore reports them (None on CPU).
+    ``inside_ms``: the train step itself, from msmon's step begin (the last step-begin callback) to the end of the
+    first step-end callback (MindSpore's own); ``outside_ms``: the rest, to the next step's begin (the step-end
+    callbacks: mindformers' print, a checkpoint save; the next batch's data; the step-begin callbacks). Memory in MiB
+    at the logging step: the process's resident host memory, and the device's allocated and peak memory where
+    MindSpore reports them (None on CPU).
     """
 
     step: int

@@ -9,8 +9,8 @@ before msmon's own callback (mindformers runs the config's callbacks first).
   reads it: a rank whose loss diverges while rank 0 stays finite.
 - ``DumpOutputs``: writes each step's train-step outputs (as floats) to ``logs/outputs.jsonl`` of the run directory
   (JSON lines, rank 0), the optimizer's parameter names first: what msmon must record, read independently of msmon.
-- ``SlowHostOnRank``: on one rank, sleeps ``ms`` milliseconds in ``on_train_step_begin`` of every step: host work
-  outside the step (before msmon's step begin) that holds the other ranks back at the next collective.
+- ``SlowHostOnRank``: on one rank, sleeps ``ms`` milliseconds in ``on_train_step_end`` of every step (as a slow
+  checkpoint write would): host work outside the train step that holds the other ranks back at the next collective.
 - ``LeakHostMemory``: keeps ``mb`` MiB of written bytes at every step end: host memory that grows by exactly that
   much a step.
 - ``GrowBlock``: from one step on, makes block ``block``'s gradients grow by ``factor`` per step without changing
@@ -69,7 +69,7 @@ class SlowHostOnRank(Callback):
         super().__init__()
         self.rank, self.seconds = rank, ms / 1000.0
 
-    def on_train_step_begin(self, run_context: Any) -> None:
+    def on_train_step_end(self, run_context: Any) -> None:
         if this_rank() == self.rank:
             time.sleep(self.seconds)
 

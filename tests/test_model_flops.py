@@ -78,11 +78,10 @@ def test_tflops_use_the_logging_steps_own_time_and_mfu_the_peak() -> None:
 
 
 @pytest.mark.parametrize("name", ["completed_legacy", "completed_mcore"])
-def test_msmon_counts_the_flops_mindformers_prints_from(canonical, name: str) -> None:
+def test_msmon_tflops_are_the_figures_mindformers_prints(canonical, name: str) -> None:
     """The run's MFLossMonitor counted the FLOPs (legacy: the compiled graph; mcore: the formula): msmon's
-    model_flops is that count at every log, over mindformers' printed step time they make its printed TFLOPS (to
-    its 3 decimals), and msmon's TFLOPS, over msmon's own time inside the step (which also holds the step-end work
-    of the callbacks before msmon's: mindformers' print, the test's output dump), are never above it."""
+    model_flops is that count at every log, and its TFLOPS per device, over the train step's own time, the figure
+    mindformers prints for that step to the print's 3 decimals."""
     run = canonical(name)
     text = (run.run_dir / "logs" / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace")
     found = FULL_FLOPS.search(text)
@@ -92,13 +91,11 @@ def test_msmon_counts_the_flops_mindformers_prints_from(canonical, name: str) ->
     assert len(rows) == run.steps // run.log_interval
     gaps = []
     for row in rows:
-        line = printed[row["step"]]
-        shown = line["tflops_per_device"]  # 3 decimals, over a step time printed in whole milliseconds
         assert row["model_flops"] == int(found.group(1))
-        assert row["model_flops"] / line["per_step_time_ms"] / 1e9 == pytest.approx(shown, abs=0.0005 + 0.03 * shown)
-        assert row["tflops_per_device"] <= shown + 0.0005
-        gaps.append(line["tflops_per_device"] / row["tflops_per_device"])
-    print(f"measured: {name} printed / msmon TFLOPS: median {sorted(gaps)[len(gaps) // 2]:.3f}, max {max(gaps):.3f}")
+        gaps.append(round(row["tflops_per_device"], 3) - printed[row["step"]]["tflops_per_device"])
+    print(f"measured: {name} msmon - printed TFLOPS, rounded as printed: {sorted(gaps)}")
+    assert max(abs(gap) for gap in gaps) <= 0.0011  # the printed last digit, and one more where a clock tick differs
+    assert sum(gap == 0 for gap in gaps) >= len(gaps) * 0.7
     assert "mfu" not in rows[-1]  # CPU: no peak, no MFU
 
 

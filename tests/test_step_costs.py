@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,33 @@ def test_the_step_clock_splits_time_at_the_callback_and_averages_per_step() -> N
         clock.end(start + 9.0)
     assert clock.take(2) == pytest.approx((9000.0, 1000.0))
     assert clock.take(1) == (0.0, 0.0)  # emptied by the take
+
+
+def test_the_step_ends_where_the_first_step_end_callback_ends_and_its_behaviour_is_kept() -> None:
+    from msmon.engine.step_clock import watch_step_end
+
+    calls = []
+
+    class First:
+        def on_train_step_end(self, run_context: object) -> str:
+            calls.append(run_context)
+            return "kept"
+
+    class Slotted:
+        __slots__ = ("x",)
+
+        def on_train_step_end(self, run_context: object) -> None: ...
+
+    clock, first, own = StepClock(), First(), object()
+    assert watch_step_end([first, own], clock, own) and not watch_step_end([first, own], clock, own)  # once
+    assert not watch_step_end([own, first], clock, own) and not watch_step_end([Slotted(), own], clock, own)
+    begun = time.monotonic()
+    clock.train_begin(begun - 1.0)
+    clock.begin(begun)
+    assert first.on_train_step_end("context") == "kept" and calls == ["context"]
+    clock.end(begun + 100.0)  # msmon's step end, long after: the other callbacks' step-end work
+    inside, outside = clock.take(1)
+    assert outside == pytest.approx(1000.0) and 0 <= inside < 50_000  # the step ended at the first callback's end
 
 
 def test_a_step_cost_survives_its_json_line_and_a_damaged_one_is_none() -> None:

@@ -20,9 +20,9 @@ COST_DETECTORS = {"slow_rank", "memory_growth"}
 
 
 def test_a_rank_slow_in_its_host_time_is_named_with_its_host_and_figures(tmp_path: Path) -> None:
-    """Two data-parallel ranks, rank 1 sleeping 60 ms before every step (its host time, outside the step): one
-    slow_rank alert names rank 1 within 100 steps, the run completes; the ending, `msmon status` and `msmon replay`
-    show the same split."""
+    """Two data-parallel ranks, rank 1 sleeping 60 ms in a step-end callback (as a slow save would; outside the
+    train step, which ends at MindSpore's own step-end callback): one slow_rank alert names rank 1 within 100
+    steps, the run completes; the ending, `msmon status` and `msmon replay` show the same split."""
     steps = 120
     run = RankRun.start(tmp_path, steps=steps, log_interval=5,
                         callbacks=[registered("SlowHostOnRank", rank=1, ms=60)])

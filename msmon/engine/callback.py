@@ -26,7 +26,7 @@ from msmon.engine.flight import FlightRecorder
 from msmon.engine.grad_groups import GradGroups, groups_of_network
 from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
-from msmon.engine.step_clock import StepClock
+from msmon.engine.step_clock import StepClock, watch_step_end
 from msmon.engine.throughput import Throughput
 from msmon.engine.train_facts import find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
 
@@ -94,12 +94,14 @@ class StepObserver:
         if self._flight is not None and self._held is not None:
             self._flight.pending = self._pending
 
-    def begin(self, cb_params: Any) -> None:
-        """Train begin: the time base of the first step, the planned number of steps, and mindformers' loss
-        correction for parallel runs (``cb_params.list_callback``: the training's callbacks)."""
+    def begin(self, cb_params: Any, own: Any = None) -> None:
+        """Train begin: the time base of the first step, the planned number of steps, mindformers' loss correction
+        for parallel runs and where a train step ends (``cb_params.list_callback``: the training's callbacks,
+        ``own``: msmon's among them)."""
         now = time.monotonic()
         self._progress.last_end_monotonic = now
         self._clock.train_begin(now)
+        watch_step_end(cb_params.get("list_callback"), self._clock, own)
         self._progress.training_thread = threading.get_ident()
         epochs, per_epoch = cb_params.get("epoch_num"), cb_params.get("batch_num")
         if self._progress.total_steps is None and isinstance(epochs, int) and isinstance(per_epoch, int):
@@ -264,7 +266,7 @@ def callback_class() -> type:
                 framework = sys.modules.get("mindformers")
                 if self.observer.layer_norms and framework is not None:  # msmon reads the arrays mindformers prints
                     local_norm_print.install(getattr(framework, "__version__", None))
-                self.observer.begin(run_context.original_args())
+                self.observer.begin(run_context.original_args(), self)
 
             def on_train_step_begin(self, run_context: Any) -> None:
                 self.observer.step_begin(run_context.original_args())

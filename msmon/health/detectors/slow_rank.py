@@ -1,6 +1,6 @@
-"""The slow rank: one rank whose time outside the step (its host work between two steps: the next batch, the
-step-begin callbacks), or whose whole step time where ranks do not wait for each other, stays above its peers'
-median at every logged step for a window of steps. In a synchronous data-parallel run the others wait for it
+"""The slow rank: one rank whose time outside the step (its host work between two train steps: the callbacks, a
+checkpoint save, the next batch), or whose whole step time where ranks do not wait for each other, stays above its
+peers' median at every logged step for a window of steps. In a synchronous data-parallel run the others wait for it
 inside their step (at the collective), so their step time says nothing: the time outside the step names it. A slow
 rank is not a hung one (the stall check's job): its steps still end.
 
@@ -19,7 +19,7 @@ from msmon.step_cost import StepCost
 from msmon.util.numbers import fmt_number
 
 #: the figures judged: (StepCost attribute, what it is in a message)
-FIGURES = (("outside_ms", "time outside the step (host work between steps: data, step-begin callbacks)"),
+FIGURES = (("outside_ms", "time outside the step (host work: data, callbacks, saving)"),
            ("step_ms", "step time"))
 
 
