@@ -16,7 +16,8 @@ Two measurements, printed side by side:
           separate runs differ by far more than 1% (the baseline runs are printed): the verdict
           uses the gated ratio. Each run also gives its process's CPU time per step (every thread,
           from the warm-up's end to the last step): the "process CPU" line pairs each run with the
-          baseline run of its round (target <= 1.02); CPU time hardly depends on the machine's noise.
+          baseline run of its round (target <= 1.02); CPU time hardly depends on the machine's noise. A second
+          baseline run per round, paired the same way ("control"), shows what two identical processes differ by.
 Scenarios and targets:
   core      5 core metrics, file + mindinsight, log_interval 10 (the defaults: flight recorder on,
             layer_grad_norm off)                                       target <= 1.01
@@ -297,6 +298,7 @@ def main() -> int:
         return 0
     gated: dict[str, list[dict[str, Any]]] = {name: [] for name in args.only}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ["none", *args.only]}
+    control: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="msmon_bench_") as tmp:
         server = start_mlflow(Path(tmp) / "mlflow") if "all" in args.only else None
         url = server.url if server is not None else None
@@ -309,6 +311,8 @@ def main() -> int:
                     if SCENARIOS.get(scenario, {}).get("ranks", 1) > 1:
                         continue  # separate multi-rank runs differ by more than the effect: gated only
                     runs[scenario].extend(run_child(args, scenario, False, Path(tmp) / f"{scenario}_{round_}", url))
+                # a second run without msmon in each round: what two identical processes differ by (the control)
+                control.extend(run_child(args, "none", False, Path(tmp) / f"control_{round_}", url))
         finally:
             if server is not None:
                 server.stop()
@@ -325,6 +329,7 @@ def main() -> int:
             print(cpu_line(scenario, runs[scenario]))
             print(process_cpu_line(scenario, runs[scenario], runs["none"]))
             print(rss_line(scenario, runs[scenario], runs["none"]))
+    print(process_cpu_line("control", control, runs["none"]).replace("on / off", "no msmon in either run"))
     return 0
 
 
