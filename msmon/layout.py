@@ -5,6 +5,7 @@ Paths are relative to the run directory (``run_dir / layout.METRICS``); docs/arc
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 RUN_JSON = "run.json"
@@ -69,6 +70,16 @@ def rank_heartbeat(run_dir: Path, rank: int) -> Path:
 def rank_costs(run_dir: Path, rank: int) -> Path:
     """One rank's step costs, a line per logged step (``msmon.step_cost.StepCost``), appended by that rank."""
     return run_dir / HEARTBEATS / f"rank_{rank}.jsonl"
+
+
+def heartbeat_files(run_dir: Path, suffix: str) -> dict[int, Path]:
+    """rank -> its ``heartbeats/rank_N<suffix>`` file (``.json``: the liveness files, ``.jsonl``: the step costs)."""
+    found = {}
+    for path in (Path(run_dir) / HEARTBEATS).glob(f"rank_*{suffix}"):
+        match = re.fullmatch(rf"rank_(\d+){re.escape(suffix)}", path.name)
+        if match is not None:
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
 
 
 def rank_stacks(run_dir: Path, rank: int) -> Path:

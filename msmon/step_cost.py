@@ -7,7 +7,6 @@ detectors), ``msmon status`` and ``msmon replay`` read them back through ``from_
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
@@ -46,8 +45,9 @@ class StepCost:
     def record_fields(self, metrics: Collection[str]) -> dict[str, float]:
         """What a metrics record carries of it: the split with ``step_time_ms`` tracked, the memory read with
         ``host_memory_mb`` (none on CPU of the device's)."""
-        fields = {"step_inside_ms": self.inside_ms, "step_outside_ms": self.outside_ms} \
-            if "step_time_ms" in metrics else {}
+        fields: dict[str, float] = {}
+        if "step_time_ms" in metrics:
+            fields.update(step_inside_ms=self.inside_ms, step_outside_ms=self.outside_ms)
         if "host_memory_mb" in metrics:
             memory = {"host_memory_mb": self.host_mb, "device_memory_mb": self.device_mb,
                       "device_memory_peak_mb": self.device_peak_mb}
@@ -75,16 +75,15 @@ def read_costs(run_dir: Path) -> dict[int, list[StepCost]]:
     """rank -> the step costs it appended to ``heartbeats/rank_N.jsonl`` in the order written (every attempt: a
     step lower than the one before starts a new attempt); unreadable lines are skipped."""
     found: dict[int, list[StepCost]] = {}
-    for path in (Path(run_dir) / layout.HEARTBEATS).glob("rank_*.jsonl"):
-        match = re.fullmatch(r"rank_(\d+)\.jsonl", path.name)
+    for rank, path in layout.heartbeat_files(run_dir, ".jsonl").items():
         try:
-            rows = read_jsonl(path).rows if match else []
+            rows = read_jsonl(path).rows
         except OSError:
             continue
         costs = [cost for cost in map(StepCost.from_json, rows) if cost is not None]
-        if match and costs:
-            found[int(match.group(1))] = costs
-    return dict(sorted(found.items()))
+        if costs:
+            found[rank] = costs
+    return found
 
 
 @dataclass(frozen=True)

@@ -130,8 +130,9 @@ class StepObserver:
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
         progress.last_end_monotonic = now
         progress.last_step = step
-        seconds = (now - previous) / max(1, step - previous_step)
-        self._clock.end(now, max(1, step - previous_step))
+        steps = max(1, step - previous_step)  # several with dataset sinking
+        seconds = (now - previous) / steps
+        self._clock.end(now, steps)
         bucket = step // self._interval  # a new bucket = a logging step, also when sinking several steps per call
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket

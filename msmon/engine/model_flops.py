@@ -36,8 +36,7 @@ def from_loss_monitor(callbacks: Any, config: Mapping[str, Any] | None, devices:
     """The figure the run's ``MFLossMonitor`` prints from, per device, once it has counted it."""
     monitor = next((cb for cb in callbacks or () if type(cb).__name__ == MONITOR), None)
     full = getattr(monitor, "full_model_flops", None)
-    counted = getattr(monitor, "mf_calculated", False) and isinstance(full, int | float) and full > 0
-    if not counted or not isinstance(full, int | float):
+    if not getattr(monitor, "mf_calculated", False) or not isinstance(full, int | float) or full <= 0:
         return None
     if use_legacy(config or {}):  # already divided by the group size in a parallel run
         return ModelFlops(float(full), "mindformers")

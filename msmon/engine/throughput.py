@@ -41,8 +41,8 @@ class Throughput:
 
     def add(self, record: dict[str, Any], cb_params: Any, step_seconds: float, inside_seconds: float) -> None:
         """Tokens and samples per second over ``step_seconds`` (the logging step, end to end); TFLOPS over
-        ``inside_seconds`` (msmon's step begin to its step end: mindformers times the figure it prints from its own
-        step begin and end, which lie just inside msmon's)."""
+        ``inside_seconds`` (the train step itself, ``StepClock.last_inside_s``: the interval mindformers times the
+        figure it prints over)."""
         if self._batch is None:
             self._batch = batch_shape(cb_params, self._seq_length) or (0, None)
         samples, tokens = self._batch

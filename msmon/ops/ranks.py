@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,12 +68,9 @@ def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:
 def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
     """rank -> its heartbeat, for every readable ``heartbeats/rank_N.json`` (a half-written one is skipped)."""
     found: dict[int, dict[str, Any]] = {}
-    for path in (Path(run_dir) / layout.HEARTBEATS).glob("rank_*.json"):
-        match = re.fullmatch(r"rank_(\d+)\.json", path.name)
-        if match is None:
-            continue
+    for rank, path in layout.heartbeat_files(run_dir, ".json").items():
         try:
-            found[int(match.group(1))] = read_json_object(path)
+            found[rank] = read_json_object(path)
         except (OSError, ValueError):
             continue
     return found
