@@ -42,6 +42,11 @@ def superseded(name: str, attempt: int) -> str:
     return f"{stem}.attempt-{attempt}{dot}{suffix}"
 
 
+def superseded_checkpoints(run_dir: Path, attempt: int) -> Path:
+    """Where the checkpoints ``attempt`` saved after the step a rollback went back to are kept (its rank_N/ below)."""
+    return run_dir / f"{CHECKPOINTS}.superseded" / f"attempt-{attempt}"
+
+
 def rank_log(run_dir: Path, rank: int) -> Path:
     """msmon's log of one rank (rank 0: ``logs/msmon.log``)."""
     return run_dir / (MSMON_LOG if rank == 0 else f"{LOGS}/msmon.rank_{rank}.log")

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 
+from msmon.anomaly import Anomaly
 from msmon.health.monitor import stop_reason
 from msmon.runner.lifecycle import Ending, Lifecycle, Phase
 from msmon.runner.results import RunResult
@@ -16,10 +17,17 @@ HANG = stop_reason("stall", 120, "stall: no training step has ended")
 NAN = stop_reason("nonfinite", 5, "loss is NaN")
 
 
+def watcher_stop(reason: str | None) -> RunResult | None:
+    """The rank watcher's stop as the supervisor hands it over."""
+    return RunResult(RunStatus.STOPPED_BY_MONITOR, reason) if reason is not None else None
+
+
 def ended(life: Lifecycle, result: RunResult, *, monitor_stop: str | None = None,
           progressed: bool = True) -> str | None:
+    """The cause of the restart or rollback that is due, or None."""
     life.begin_attempt()
-    return life.attempt_ended(result, monitor_stop=monitor_stop, progressed=progressed)
+    due = life.attempt_ended(result, monitor_stop=watcher_stop(monitor_stop), progressed=progressed)
+    return due.cause if due is not None else None
 
 
 @pytest.mark.parametrize(("result", "monitor_stop", "progressed", "expected"), [
@@ -79,7 +87,7 @@ def test_a_signal_forbids_restarts_and_makes_the_run_interrupted(signum: int, co
     other = Lifecycle(max_restarts=3)
     other.begin_attempt()
     other.signalled(signum, "X")
-    other.attempt_ended(RunResult(RunStatus.INTERRUPTED), monitor_stop=HANG, progressed=True)
+    other.attempt_ended(RunResult(RunStatus.INTERRUPTED), monitor_stop=watcher_stop(HANG), progressed=True)
     assert other.ending() == Ending(RunStatus.INTERRUPTED, None, code)
 
 
@@ -112,3 +120,48 @@ def test_transitions_out_of_order_are_refused() -> None:
     life.begin_attempt()
     with pytest.raises(RuntimeError):
         life.begin_attempt()  # one attempt at a time
+
+
+SPIKE = stop_reason("loss_spike", 152, "loss spike")
+ANOMALY = Anomaly("loss_spike", 150, 152, "loss spike")
+ROLL = RunResult(RunStatus.STOPPED_BY_MONITOR, SPIKE, anomaly=ANOMALY)
+
+
+def test_a_rollback_is_due_for_an_anomaly_until_none_is_left() -> None:
+    life = Lifecycle(max_restarts=0, max_rollbacks=2)
+    for used in (1, 2):
+        life.begin_attempt()
+        due = life.attempt_ended(ROLL, monitor_stop=None, progressed=True)
+        assert due is not None and due.anomaly == ANOMALY and life.rollbacks == used
+        assert due.cause == f"was stopped by the monitor for a rollback: {SPIKE}"
+    assert ended(life, ROLL) is None
+    assert life.ending() == Ending(RunStatus.STOPPED_BY_MONITOR, f"{SPIKE}; not rolled back: no rollback left "
+                                                                 "(2 of 2 used)", 4)
+
+
+def test_the_rank_watchers_rollback_stop_is_a_rollback_too() -> None:
+    life = Lifecycle(max_restarts=0, max_rollbacks=1)
+    life.begin_attempt()
+    due = life.attempt_ended(RunResult(RunStatus.INTERRUPTED), monitor_stop=ROLL, progressed=True)
+    assert due is not None and due.anomaly == ANOMALY and life.phase is Phase.BACKING_OFF
+
+
+def test_a_rollback_without_a_checkpoint_ends_the_run_stopped_and_says_why() -> None:
+    life = Lifecycle(max_restarts=3, max_rollbacks=3)
+    assert ended(life, ROLL)
+    life.rollback_impossible("no complete checkpoint before step 150")
+    assert life.rollbacks == 0 and life.phase is Phase.ENDED
+    assert life.ending() == Ending(RunStatus.STOPPED_BY_MONITOR,
+                                   f"{SPIKE}; not rolled back: no complete checkpoint before step 150", 4)
+    with pytest.raises(RuntimeError):
+        life.rollback_impossible("twice")
+
+
+def test_no_rollback_after_a_signal_and_none_without_the_budget() -> None:
+    life = Lifecycle(max_restarts=3, max_rollbacks=3)
+    life.begin_attempt()
+    life.signalled(signal.SIGINT, "SIGINT")
+    assert life.attempt_ended(ROLL, monitor_stop=None, progressed=True) is None
+    assert life.ending() == Ending(RunStatus.INTERRUPTED, None, 130)
+    none_left = Lifecycle(max_restarts=3)  # max_rollbacks 0: a rollback action alone stops the run
+    assert ended(none_left, ROLL) is None and none_left.ending().exit_code == 4

@@ -25,7 +25,8 @@ from msmon.config.loader import load_config
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor, stop_reason
 from msmon.health.replay import replay
-from msmon.runner import attempts, rundir, runinfo
+from msmon.runner import attempt_entries as attempts
+from msmon.runner import rundir, runinfo
 from msmon.runner.attempts import RestartPolicy
 from msmon.runner.lifecycle import restart_cause
 from msmon.runner.plan import RunRequest, prepare

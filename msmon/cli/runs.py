@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
+from msmon.ops.runs import RunInfo
 from msmon.status import RunStatus
 
 STATUS_COLOURS = {
@@ -56,9 +57,17 @@ def runs(
             info.project, info.run, f"[{STATUS_COLOURS.get(info.status, 'default')}]{info.status}[/]",
             info.start.strftime("%Y-%m-%d %H:%M") if info.start else "-", format_duration(info.duration_s),
             "-" if info.last_step is None else str(info.last_step), _loss(info.last_loss),
-            "-" if info.alert_count is None else str(info.alert_count), beat, info.ranks_summary,
+            alerts_cell(info), beat, info.ranks_summary,
         )
     wide_console().print(table)
+
+
+def alerts_cell(info: RunInfo) -> str:
+    """The alert count, and the rollbacks among them: ``3 (1 rollback)``."""
+    count = "-" if info.alert_count is None else str(info.alert_count)
+    if not info.rollbacks:
+        return count
+    return f"{count} ({info.rollbacks} rollback{'s' if info.rollbacks > 1 else ''})"
 
 
 def register(app: typer.Typer) -> None:

@@ -41,7 +41,8 @@ def status(
     console = wide_console()
     step = "-" if info.last_step is None else str(info.last_step)
     console.print(f"{escape(info.project)}/{escape(info.run)}: {info.status}, step {step}, "
-                  f"{info.alert_count or 0} alert(s), {format_duration(info.duration_s)}")
+                  f"{info.alert_count or 0} alert(s){f', {info.rollbacks} rollback(s)' if info.rollbacks else ''}, "
+                  f"{format_duration(info.duration_s)}")
     if not ranks.states:
         console.print("no rank heartbeats in heartbeats/ (each rank writes one while it trains; older runs have none)")
         return

@@ -1,10 +1,35 @@
 """Defaults of mindformers 1.8-1.9's config template (mindformers/tools/register/template.py) that msmon's checks
 reason about: the template is applied, since the training loads mindformers.yaml the way run_mindformer.py loads a
-YAML (``MindFormerConfig(path)``)."""
+YAML (``MindFormerConfig(path)``); and a ``CheckpointMonitor`` entry read with its class's defaults."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from msmon.util.numbers import positive_int
 
 #: ``MonitorConfig.dump_path``: where ``monitor_on`` dumps the local norms when the YAML names no directory.
 TEMPLATE_DUMP_PATH = "./dump"
 #: ``MonitorConfig.global_norm_spike_threshold``: the global norm at which mindformers' own checks act.
 TEMPLATE_SPIKE_THRESHOLD = 3.0
+
+
+@dataclass(frozen=True)
+class CheckpointSaving:
+    """A config's ``CheckpointMonitor`` callback: every how many steps it saves and how many files it keeps
+    (mindformers' defaults 1 and 5 where the entry leaves them out)."""
+
+    every_steps: int
+    keep: int
+
+
+def checkpoint_saving(config: Mapping[str, Any] | None) -> CheckpointSaving | None:
+    """The config's ``CheckpointMonitor`` (the first one), or None when it saves no checkpoint."""
+    callbacks = (config or {}).get("callbacks")
+    for entry in callbacks if isinstance(callbacks, list) else []:
+        if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
+            return CheckpointSaving(positive_int(entry.get("save_checkpoint_steps", 1)) or 1,
+                                    positive_int(entry.get("keep_checkpoint_max", 5)) or 5)
+    return None

@@ -9,18 +9,22 @@ from msmon.config.fields import doc
 
 Action = Literal["log", "alert", "stop"]
 ACTION_DOC = "log (alerts.jsonl and msmon.log only), alert (every sink), or stop (alert, then a graceful stop: exit 4)"
+#: The actions of the detectors that bad data sets off (msmon.anomaly.ROLLBACK_DETECTORS).
+RecoverableAction = Literal["log", "alert", "stop", "rollback"]
+RECOVERABLE_ACTION_DOC = (ACTION_DOC + ", or rollback (alert, stop, train again from the newest checkpoint before the "
+                          "onset with the bad data skipped: health.rollback)")
 
 
 @dataclass(frozen=True)
 class NonFiniteSettings:
     enabled: bool = doc(True, "alert the moment loss or grad_norm is NaN or Inf (grad_norm ignored on overflow steps)")
-    action: Action = doc("alert", ACTION_DOC)
+    action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
 
 
 @dataclass(frozen=True)
 class LossSpikeSettings:
     enabled: bool = doc(True, "detect loss spikes against the recent level; spiking values never enter it")
-    action: Action = doc("alert", ACTION_DOC)
+    action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
     warmup: int = doc(10, "logged steps that fill the baseline before the detector may fire", at_least=3)
     level_window: int = doc(5, "recent logged steps whose median is the loss level (short: the loss falls)", at_least=1)
     window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (trend-free)", at_least=3)
@@ -33,7 +37,7 @@ class LossSpikeSettings:
 @dataclass(frozen=True)
 class GradExplosionSettings:
     enabled: bool = doc(True, "detect sustained exponential grad_norm growth against the run's own low")
-    action: Action = doc("alert", ACTION_DOC)
+    action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
     settle_steps: int = doc(
         80, "training steps after the LR warm-up (grad norms rise early) before the baseline forms", at_least=0
     )
@@ -142,6 +146,17 @@ class MemoryGrowthSettings:
     )
 
 
+@dataclass(frozen=True)
+class RollbackSettings:
+    max_rollbacks: int = doc(3, "rollbacks per run; one more anomaly then stops the run (exit 4)", at_least=0)
+    margin_steps: int = doc(
+        0, "the checkpoint rolled back to is saved at least this many steps before the anomaly's onset", at_least=0
+    )
+    skip_steps: int = doc(
+        100, "the data skipped reaches this many steps past the alert (PaLM skipped 200-500 batches)", at_least=0
+    )
+
+
 ChatService = Literal["feishu", "lark", "dingtalk", "wecom", "slack"]
 
 
@@ -179,4 +194,5 @@ class HealthSettings:
     stall: StallSettings = field(default_factory=StallSettings)
     slow_rank: SlowRankSettings = field(default_factory=SlowRankSettings)
     memory_growth: MemoryGrowthSettings = field(default_factory=MemoryGrowthSettings)
+    rollback: RollbackSettings = field(default_factory=RollbackSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)

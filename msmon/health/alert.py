@@ -18,6 +18,7 @@ class Signal:
     severity: Severity
     message: str
     values: dict[str, Any] = field(default_factory=dict)
+    onset_step: int | None = None  # the first step the condition affected (rollback detectors), when known
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,11 @@ class Alert:
     values: dict[str, Any]
     action: str
     context_file: str | None = None  # the flight recorder's window before it, relative to the run directory
+    onset_step: int | None = None  # the first step the condition affected (Signal.onset_step)
 
     def to_dict(self) -> dict[str, Any]:
-        """The alert as a plain dict (non-finite floats kept as floats; ``context_file`` only when written)."""
+        """The alert as a plain dict (non-finite floats kept as floats; ``context_file`` and ``onset_step`` only when
+        known)."""
         data = {
             "time": self.time,
             "step": self.step,
@@ -46,6 +49,8 @@ class Alert:
         }
         if self.context_file is not None:
             data["context_file"] = self.context_file
+        if self.onset_step is not None:
+            data["onset_step"] = self.onset_step
         return data
 
     def to_json(self) -> str:

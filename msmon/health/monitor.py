@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from msmon.anomaly import Anomaly
 from msmon.config.health import HealthSettings
 from msmon.health.alert import Alert, Signal
 from msmon.health.detectors import build_detectors
@@ -75,6 +76,7 @@ class HealthMonitor:
         self.alerts: list[Alert] = []
         self.suppressed = 0
         self.stop_reason: str | None = None
+        self.anomaly: Anomaly | None = None  # what a ``rollback`` action stopped the training for
         self._last: dict[str, tuple[float | None, str]] = {}
         self._lock = threading.Lock()
 
@@ -137,6 +139,7 @@ class HealthMonitor:
         own (an earlier stop and the rate limit start again: a second hang must stop the run again)."""
         with self._lock:
             self.stop_reason = None
+            self.anomaly = None
             self._last.clear()
             for det in self.detectors:
                 hook = getattr(det, "resumed", None)
@@ -185,7 +188,8 @@ class HealthMonitor:
         action = getattr(self.settings, detector).action
         step = step if isinstance(step, int) else -1
         context = self.context(step, detector) if self.context is not None and step >= 0 else None
-        alert = Alert(when, step, detector, signal.severity, signal.message, signal.values, action, context)
+        alert = Alert(when, step, detector, signal.severity, signal.message, signal.values, action, context,
+                      signal.onset_step)
         self.alerts.append(alert)
         for sink in self.sinks:
             if action == "log" and not sink.quiet:
@@ -194,8 +198,11 @@ class HealthMonitor:
                 sink.handle(alert)
             except Exception as exc:  # noqa: BLE001 - an alert sink must never break training
                 logger.warning("alert sink %s failed: %s", type(sink).__name__, exc)
-        if action == "stop" and self.stop_reason is None:
+        if action in ("stop", "rollback") and self.stop_reason is None:
             self.stop_reason = stop_reason(detector, alert.step, signal.message)
+            if action == "rollback":  # the parent rolls the run back (msmon.runner.lifecycle)
+                onset = signal.onset_step if signal.onset_step is not None else alert.step
+                self.anomaly = Anomaly(detector, min(onset, alert.step), alert.step, signal.message)
             if self.request_stop is not None:
                 self.request_stop(self.stop_reason)
         return alert

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.anomaly import rollbacks_of
 from msmon.errors import MsmonError
 from msmon.ops.ranks import RankReport, first_heartbeat, report, summary
 from msmon.status import RunStatus
@@ -36,6 +37,7 @@ class RunInfo:
     last_step: int | None = None
     last_loss: float | None = None
     alert_count: int | None = None
+    rollbacks: int = 0  # run.json's rollbacks (health.rollback)
     heartbeat_age_s: float | None = None
     stale: bool = False
     ranks: list[dict[str, Any]] = field(default_factory=list)  # per rank: last step, age, state (heartbeats/)
@@ -51,7 +53,8 @@ class RunInfo:
             "end": self.end.isoformat() if self.end else None,
             "duration_s": self.duration_s, "last_step": self.last_step,
             "last_loss": loss if loss is None or math.isfinite(loss) else str(loss),
-            "alert_count": self.alert_count, "heartbeat_age_s": self.heartbeat_age_s, "stale": self.stale,
+            "alert_count": self.alert_count, "rollbacks": self.rollbacks, "heartbeat_age_s": self.heartbeat_age_s,
+            "stale": self.stale,
             "ranks": self.ranks, "problems": self.problems,
         }
 
@@ -168,6 +171,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     info.ranks_summary = summary(ranks.states)
     alerts = _count_lines(path / layout.ALERTS)
     info.alert_count = alerts if alerts is not None else (run or {}).get("alert_count")
+    info.rollbacks = len(rollbacks_of(run or {}))
     recorded = (run or {}).get("status")
     if recorded == RunStatus.RUNNING or (recorded is None and heartbeat is not None):
         age = info.heartbeat_age_s

@@ -13,6 +13,11 @@ a back-off (``--restart-backoff`` seconds, doubled at each restart, at most 5 mi
 is an attempt in run.json and one alert (``detector: restart``) in alerts.jsonl. Never after a failure before the
 first step (a configuration error), a user's Ctrl-C or SIGTERM, or another detector's stop. Whether an attempt
 ended for good or is restarted is the ``Lifecycle``'s decision (runner/lifecycle.py).
+
+A rollback (a detector with ``action: rollback`` stopped the attempt) starts the next attempt at once from the
+newest checkpoint before the anomaly, with the data after it skipped (runner/rollback.py); run.json lists it
+(``rollbacks``) and alerts.jsonl has one alert (``detector: rollback``). Every attempt that starts from a
+checkpoint skips the data the run's rollbacks skipped.
 """
 
 from __future__ import annotations
@@ -26,18 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.anomaly import Anomaly, Rollback, data_position, rollbacks_of
 from msmon.health import make_sinks
 from msmon.health.alert import Alert
 from msmon.ops.ranks import read_heartbeats
-from msmon.runner import results, rundir, runinfo
+from msmon.runner import results, rollback, rundir, runinfo
+from msmon.runner.attempt_entries import RESTART, RESUME, ROLLBACK, START, begin, carried_over, end
 from msmon.runner.lifecycle import Lifecycle
 from msmon.runner.plan import RunPlan
 from msmon.runner.protocol import RankResult, RankSpec, read_results
 from msmon.runner.results import RunResult
 from msmon.runner.resume import ResumePoint, latest_checkpoint, resume_overrides, training_layout
-from msmon.runner.runinfo import now_iso
 from msmon.runner.training_process import TrainingProcess
-from msmon.status import Attempt, RunStatus
+from msmon.status import Attempt
 from msmon.util.jsonfiles import read_jsonl_tail
 
 logger = logging.getLogger("msmon")
@@ -46,13 +52,7 @@ BACKOFF_CAP_S = 300.0
 ALERT_CLOSE_S = 5.0  # a webhook or command hook gets this long for a restart alert
 POLL_S = 0.2
 RESTART_DETECTOR = "restart"
-#: ``reason`` of an attempt: the first start, a resume asked for by the user, an automatic restart.
-START, RESUME, RESTART = "start", "resume", "restart"
-#: What an attempt entry of run.json holds when it ends.
-END_FIELDS = ("status", "exit_code", "last_step", "alert_count", "dropped_records", "records_lost", "internal_errors",
-              "error")
-#: What run.json sums over the attempts.
-SUMMED = ("alert_count", "dropped_records", "records_lost", "internal_errors")
+ROLLBACK_DETECTOR = "rollback"
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class AttemptLoop:
     aside, its ``mindformers.yaml`` and training process (``training``: the current attempt's), the back-off."""
 
     def __init__(self, plan: RunPlan, lifecycle: Lifecycle, spec: RankSpec, *, react: Callable[[], None],
-                 restarted: Callable[[], None], monitor_stop: Callable[[], str | None]) -> None:
+                 restarted: Callable[[], None], monitor_stop: Callable[[], RunResult | None]) -> None:
         self.plan = plan
         self.lifecycle = lifecycle
         self.run_dir: Path = plan.run_dir
@@ -109,6 +109,8 @@ class AttemptLoop:
         earlier = carried_over(previous)
         if earlier and previous:
             info.update(attempts=earlier, start_time=previous.get("start_time") or info["start_time"])
+        if previous and previous.get("rollbacks"):
+            info["rollbacks"] = [entry.to_json() for entry in rollbacks_of(previous)]
         info["layout"] = training_layout(self.plan.training, self.plan.request.worker_num or 1)
         point = self.plan.resume_point
         self._begin(point, RESUME if point else START, supersede=point is not None)
@@ -123,7 +125,8 @@ class AttemptLoop:
         if supersede:
             self.restarted()  # the rank watcher forgets the earlier attempt's ranks
         self.entry = begin(self.info, resumed_from=point.to_json() if point else None, reason=reason)
-        resuming = resume_overrides(point, self.run_dir, self.plan.training) if point is not None else []
+        position = data_position(rollbacks_of(self.info), point.step) if point is not None else None
+        resuming = resume_overrides(point, self.run_dir, self.plan.training, position) if point is not None else []
         rundir.write_mindformers_yaml(self.run_dir, self.plan.loaded, resuming)
         # a restart without a checkpoint trains from step 0 again: the backends still continue from there
         attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0)
@@ -137,8 +140,8 @@ class AttemptLoop:
             logger.warning("msmon: cannot update %s: %s", layout.RUN_JSON, exc)
 
     def run_all(self) -> None:
-        """Train, and restart while the lifecycle says a restart is due (the last attempt's entry is closed by the
-        supervisor's finish)."""
+        """Train, and restart or roll back while the lifecycle says one is due (the last attempt's entry is closed by
+        the supervisor's finish)."""
         while True:
             self.lifecycle.begin_attempt()
             result = self.training.run(on_poll=self.react)
@@ -146,24 +149,71 @@ class AttemptLoop:
             ranks = read_results(self.run_dir)
             last = last_step_seen(self.run_dir, ranks, self.started)
             self.entry["last_step"] = last
+            self._account_rollback()
             start = self.entry.get("resumed_from_step") or 0
-            cause = self.lifecycle.attempt_ended(result, monitor_stop=self.monitor_stop(),
-                                                 progressed=last is not None and last > start)
-            if cause is None:
+            due = self.lifecycle.attempt_ended(result, monitor_stop=self.monitor_stop(),
+                                               progressed=last is not None and last > start)
+            if due is None:
                 if self.lifecycle.unrestarted is not None and self.policy.max_restarts:
                     logger.warning("msmon: the training %s; no restart left (%d used)", self.lifecycle.unrestarted,
                                    self.lifecycle.restarts)
                 return
             self._end(self.lifecycle.judged, ranks, last)
+            if due.anomaly is not None:
+                if not self._roll_back(due.cause, due.anomaly):
+                    return
+                continue
             point = latest_checkpoint(self.run_dir)
             delay = self.policy.delay(self.lifecycle.restarts)
-            self._alert(cause, point, delay, last)
+            self._alert_restart(due.cause, point, delay, last)
             self._write()
             if not self._wait(delay):
                 self.lifecycle.backoff_interrupted()
                 return
             self._begin(point, RESTART, supersede=True)
             self._write()
+
+    def _roll_back(self, cause: str, anomaly: Anomaly) -> bool:
+        """The next attempt from the checkpoint before the anomaly, the data after it skipped; False when there is
+        none (the run ends stopped) or a signal came."""
+        number = int(self.entry["attempt"])
+        earlier = rollbacks_of(self.info)
+        try:
+            point, made = rollback.choose(self.run_dir, anomaly, self.plan.settings.health.rollback, earlier,
+                                          self.plan.training, number + 1)
+        except rollback.NoCheckpoint as exc:
+            self.lifecycle.rollback_impossible(str(exc))
+            logger.warning("msmon: the training %s; not rolled back: %s", cause, exc)
+            return False
+        moved = rollback.set_aside_checkpoints(self.run_dir, point.step, number)
+        if moved:
+            logger.info("msmon: %d checkpoint files after step %d kept aside (%s)", moved, point.step,
+                        layout.superseded_checkpoints(self.run_dir, number))
+        self.info.setdefault("rollbacks", []).append(made.to_json())
+        samples = f", {made.skipped_samples} samples" if made.skipped_samples is not None else ""
+        message = (f"{anomaly.detector} from step {anomaly.onset_step} (alert at step {anomaly.alert_step}): rolling "
+                   f"back to step {point.step} ({point.path}) and skipping the data of {made.skipped_steps} steps "
+                   f"(batches {made.skip_from + 1}-{made.skip_to}{samples}); rollback {self.lifecycle.rollbacks} of "
+                   f"{self.lifecycle.max_rollbacks}")
+        self._announce(ROLLBACK_DETECTOR, point.step, message, {**made.to_json(), "rollback": self.lifecycle.rollbacks,
+                                                                "max_rollbacks": self.lifecycle.max_rollbacks})
+        self.react()
+        if self.lifecycle.signal is not None:
+            self.lifecycle.backoff_interrupted()
+            self._write()
+            return False
+        self._begin(point, ROLLBACK, supersede=True)
+        self._write()
+        return True
+
+    def _account_rollback(self) -> None:
+        """The time the rollback that started this attempt cost, once the attempt logged a step."""
+        entries = self.info.get("rollbacks") or []
+        if not entries or entries[-1].get("attempt") != self.entry.get("attempt"):
+            return
+        made = Rollback.from_json(entries[-1])
+        if made.time_lost_s is None:
+            entries[-1]["time_lost_s"] = rollback.time_lost(self.run_dir, made, self.started)
 
     def _end(self, result: RunResult, ranks: dict[int, RankResult], last: int | None) -> None:
         summed = results.totals(ranks)
@@ -172,8 +222,7 @@ class AttemptLoop:
                      internal_errors=summed.internal_errors.count, error=result.error,
                      records_lost=results.backend_accounting(ranks)["records_lost"])
 
-    def _alert(self, cause: str, point: ResumePoint | None, delay: float, last: int | None) -> None:
-        """One restart alert: alerts.jsonl, the console, and the webhook / command hook when configured."""
+    def _alert_restart(self, cause: str, point: ResumePoint | None, delay: float, last: int | None) -> None:
         step = point.step if point else 0
         where = f"step {step} ({point.path})" if point else "the start (no complete checkpoint)"
         message = (f"the training {cause}; restarting from {where} in {delay:g} s "
@@ -181,14 +230,19 @@ class AttemptLoop:
         values = {"attempt": len(self.info.get("attempts") or []) + 1, "restart": self.lifecycle.restarts,
                   "max_restarts": self.policy.max_restarts, "resumed_from_step": step,
                   "checkpoint": str(point.path) if point else None, "last_step": last, "delay_s": delay}
-        alert = Alert(time.time(), step, RESTART_DETECTOR, "warning", message, values, "restart")
+        self._announce(RESTART_DETECTOR, step, message, values)
+
+    def _announce(self, detector: str, step: int, message: str, values: dict[str, Any]) -> None:
+        """One alert of the attempt loop (a restart, a rollback): alerts.jsonl, the console, and the webhook /
+        command hook / chat when configured."""
+        alert = Alert(time.time(), step, detector, "warning", message, values, detector)
         deadline = time.monotonic() + ALERT_CLOSE_S
         for sink in make_sinks(self.plan.settings, self.run_dir, None):
             try:
                 sink.handle(alert)
                 sink.close(deadline)
             except Exception as exc:  # noqa: BLE001 - an alert sink never stops the restart
-                logger.warning("msmon: restart alert not delivered to %s: %s", type(sink).__name__, exc)
+                logger.warning("msmon: %s alert not delivered to %s: %s", detector, type(sink).__name__, exc)
 
     def _wait(self, delay: float) -> bool:
         """The back-off; False when a signal arrived meanwhile (then there is no restart)."""
@@ -199,62 +253,3 @@ class AttemptLoop:
                 return False
             time.sleep(min(POLL_S, max(end - time.monotonic(), 0.0)))
         return True
-
-
-def carried_over(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The attempts of an earlier run.json of this run directory (one made up from it when it predates attempts)."""
-    if not previous:
-        return []
-    found = previous.get("attempts")
-    if isinstance(found, list) and found:
-        entries = [dict(entry) for entry in found if isinstance(entry, dict)]
-    else:
-        entries = [{"attempt": 1, "start_time": previous.get("start_time"), "resumed_from_step": None,
-                    "reason": START, **{key: previous.get(key) for key in END_FIELDS}}]
-    for entry in entries:  # an msmon that was killed itself left its last attempt running
-        if RunStatus.parse(entry.get("status")) in (None, RunStatus.RUNNING):
-            entry.update(status=RunStatus.FAILED.value,
-                         error=entry.get("error") or "msmon itself ended during this attempt",
-                         end_time=entry.get("end_time") or previous.get("end_time"))
-    return entries
-
-
-def begin(info: dict[str, Any], *, resumed_from: dict[str, Any] | None, reason: str) -> dict[str, Any]:
-    """Append a running attempt to ``info["attempts"]`` and return it (``resumed_from``: the checkpoint's
-    ``ResumePoint.to_json()``, None when training from the start)."""
-    attempts = info.setdefault("attempts", [])
-    entry: dict[str, Any] = {
-        "attempt": len(attempts) + 1, "start_time": now_iso(), "end_time": None, "status": RunStatus.RUNNING.value,
-        "reason": reason, "resumed_from_step": resumed_from["step"] if resumed_from else None,
-        "checkpoint": resumed_from["path"] if resumed_from else None,
-    }
-    attempts.append(entry)
-    return entry
-
-
-def end(entry: dict[str, Any], **fields: Any) -> None:
-    """Close an attempt entry with its end time and ``END_FIELDS`` (keyword arguments)."""
-    entry.update({key: value for key, value in fields.items() if key in END_FIELDS}, end_time=now_iso())
-
-
-def finish(info: dict[str, Any]) -> dict[str, Any]:
-    """run.json at the end of ``msmon run``: the last attempt closed with the run's end (its last step from the
-    attempt when the ranks left no result), then the totals over the attempts."""
-    entries = info.get("attempts") or []
-    if entries and entries[-1].get("status") == RunStatus.RUNNING:
-        last = entries[-1]
-        step = info.get("last_step") if info.get("last_step") is not None else last.get("last_step")
-        end(last, **{**{key: info.get(key) for key in END_FIELDS}, "last_step": step})
-        info = {**info, "last_step": step}
-    return totals(info)
-
-
-def totals(info: dict[str, Any]) -> dict[str, Any]:
-    """``info`` with ``alert_count``, ``dropped_records`` and ``records_lost`` summed over its attempts; each
-    automatic restart adds its own alert. ``info`` alone when it has one attempt."""
-    attempts = info.get("attempts") or []
-    if len(attempts) < 2:
-        return info
-    summed = {key: sum(int(entry.get(key) or 0) for entry in attempts) for key in SUMMED}
-    summed["alert_count"] += sum(entry.get("reason") == RESTART for entry in attempts)
-    return {**info, **summed}

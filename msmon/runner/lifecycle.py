@@ -8,7 +8,10 @@ nowhere else.
                                    +------------------------------------------+--backoff_interrupted--> ENDED
 
 An attempt's result (runner.results.decide over its ranks) is judged first: a stop the parent's rank watcher asked
-for makes an interrupted or completed attempt ``stopped_by_monitor``. A restart is due (``--max-restarts`` left, no
+for makes an interrupted or completed attempt ``stopped_by_monitor``. A rollback is due (``health.rollback``) when a
+detector whose action is ``rollback`` stopped it, no signal was received and a rollback is left; when none is left,
+or the attempt loop finds no checkpoint before the anomaly (``rollback_impossible``), the run ends stopped by the
+monitor (exit 4) with the reason in its error. A restart is due (``--max-restarts`` left, no
 signal received) when the attempt failed after training at least one step past where it started, or the monitor
 stopped it for a hang; never after a configuration error, a user's signal, or another detector's stop. The final
 status: a signal makes anything but a failure or a completion ``interrupted`` (a second one names itself in the
@@ -20,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from msmon.anomaly import Anomaly
 from msmon.errors import ExitCode
 from msmon.health.monitor import stopping_detector
 from msmon.runner.results import RunResult
@@ -43,10 +47,18 @@ class Ending:
     killed_by: int | None = None  # the signal that killed the last attempt's training process (it failed so)
 
 
-def judge(result: RunResult, monitor_stop: str | None) -> RunResult:
-    """An attempt's result as the run sees it: ``stopped_by_monitor`` when the rank watcher stopped it."""
+@dataclass(frozen=True)
+class NextAttempt:
+    """Why the run trains again: an automatic restart (``anomaly`` None), or a rollback for ``anomaly``."""
+
+    cause: str
+    anomaly: Anomaly | None = None
+
+
+def judge(result: RunResult, monitor_stop: RunResult | None) -> RunResult:
+    """An attempt's result as the run sees it: the rank watcher's stop (``stopped_by_monitor``) when it stopped it."""
     if monitor_stop is not None and result.status in (RunStatus.INTERRUPTED, RunStatus.COMPLETED):
-        return RunResult(RunStatus.STOPPED_BY_MONITOR, monitor_stop)
+        return monitor_stop
     return result
 
 
@@ -62,10 +74,12 @@ def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
 class Lifecycle:
     """The one owner of a run's phase, restarts, signals and ending (every transition is a method)."""
 
-    def __init__(self, max_restarts: int) -> None:
+    def __init__(self, max_restarts: int, max_rollbacks: int = 0) -> None:
         self.max_restarts = max_restarts
+        self.max_rollbacks = max_rollbacks
         self.phase = Phase.STARTING
         self.restarts = 0
+        self.rollbacks = 0
         self.signals = 0
         self.signal: int | None = None  # the first signal received
         self.forced_by: str | None = None  # the name of a second one
@@ -86,20 +100,45 @@ class Lifecycle:
             self.forced_by = name
         return self.signals
 
-    def attempt_ended(self, result: RunResult, *, monitor_stop: str | None, progressed: bool) -> str | None:
-        """The attempt is over: the cause of the restart that is due (then BACKING_OFF), or None (then ENDED)."""
+    def attempt_ended(self, result: RunResult, *, monitor_stop: RunResult | None,
+                      progressed: bool) -> NextAttempt | None:
+        """The attempt is over: the restart or rollback that is due (then BACKING_OFF), or None (then ENDED)."""
         if self.phase is not Phase.TRAINING:
             raise RuntimeError(f"no attempt is training ({self.phase})")
         self.result = judge(result, monitor_stop)
+        anomaly = self.result.anomaly if self.result.status is RunStatus.STOPPED_BY_MONITOR else None
+        if anomaly is not None:
+            return self._rollback(anomaly)
         cause = restart_cause(self.result, progressed=progressed)
         if cause is not None and self.signal is None and self.restarts < self.max_restarts:
             self.restarts += 1
             self.phase = Phase.BACKING_OFF
-            return cause
+            return NextAttempt(cause)
         if cause is not None and self.signal is None:
             self.unrestarted = cause
         self.phase = Phase.ENDED
         return None
+
+    def _rollback(self, anomaly: Anomaly) -> NextAttempt | None:
+        if self.signal is None and self.rollbacks < self.max_rollbacks:
+            self.rollbacks += 1
+            self.phase = Phase.BACKING_OFF
+            return NextAttempt(f"was stopped by the monitor for a rollback: {self.judged.error}", anomaly)
+        if self.signal is None:
+            self._not_rolled_back(f"no rollback left ({self.rollbacks} of {self.max_rollbacks} used)")
+        self.phase = Phase.ENDED
+        return None
+
+    def rollback_impossible(self, why: str) -> None:
+        """The rollback that was due cannot be done (no checkpoint before the anomaly): the run ends stopped."""
+        if self.phase is not Phase.BACKING_OFF or self.judged.anomaly is None:
+            raise RuntimeError(f"no rollback is due ({self.phase})")
+        self.rollbacks -= 1
+        self._not_rolled_back(why)
+        self.phase = Phase.ENDED
+
+    def _not_rolled_back(self, why: str) -> None:
+        self.result = RunResult(RunStatus.STOPPED_BY_MONITOR, f"{self.judged.error}; not rolled back: {why}")
 
     @property
     def judged(self) -> RunResult:

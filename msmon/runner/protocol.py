@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.anomaly import Anomaly
 from msmon.config.coerce import build
 from msmon.config.schema import MonitorSettings
 from msmon.status import Attempt, RunStatus
@@ -112,6 +113,7 @@ class RankResult:
     pid: int | None = None
     accounting: BackendAccounting = field(default_factory=BackendAccounting)
     internal_errors: InternalErrors = field(default_factory=InternalErrors)
+    anomaly: Anomaly | None = None  # stopped by a detector whose action is rollback: what it found
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +122,7 @@ class RankResult:
             "backends": self.accounting.backends, "records_lost": self.accounting.records_lost,
             "backends_failed_to_close": list(self.accounting.failed_to_close),
             "internal_errors": self.internal_errors.count, "first_internal_error": self.internal_errors.first,
+            "anomaly": self.anomaly.to_json() if self.anomaly is not None else None,
         }
 
     @classmethod
@@ -128,6 +131,7 @@ class RankResult:
         status = RunStatus(data["status"])
         last = data.get("last_step")
         lost = data.get("records_lost")
+        anomaly = data.get("anomaly")
         return cls(
             rank=int(data["rank"]), status=status, error=data.get("error"),
             last_step=int(last) if last is not None else None,
@@ -136,6 +140,7 @@ class RankResult:
             accounting=BackendAccounting(dict(data.get("backends") or {}), int(lost) if lost is not None else None,
                                          tuple(data.get("backends_failed_to_close") or ())),
             internal_errors=InternalErrors(int(data.get("internal_errors") or 0), data.get("first_internal_error")),
+            anomaly=Anomaly.from_json(anomaly) if anomaly is not None else None,
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 
 from msmon import layout
+from msmon.anomaly import Anomaly
 from msmon.compat import PipelineLayout
 from msmon.config.schema import MonitorSettings
 from msmon.health import HealthMonitor, make_sinks
@@ -70,6 +71,11 @@ class RankWatcher:
     @property
     def alert_count(self) -> int:
         return self.monitor.alert_count if self.monitor is not None else 0
+
+    @property
+    def anomaly(self) -> Anomaly | None:
+        """What a rank's detector with ``action: rollback`` stopped the run for (per-rank non-finite values)."""
+        return self.monitor.anomaly if self.monitor is not None else None
 
     def poll(self) -> None:
         """Read the heartbeats and judge them (at most every ``health.stall.poll_s``)."""

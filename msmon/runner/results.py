@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msmon.anomaly import Anomaly
 from msmon.runner.protocol import RankResult
 from msmon.status import RunStatus
 from msmon.util.internal_errors import InternalErrors
@@ -18,6 +19,7 @@ class RunResult:
     status: RunStatus
     error: str | None = None
     killed_by: int | None = None  # the signal that ended the training process when it left no result (SIGKILL: OOM)
+    anomaly: Anomaly | None = None  # stopped by the monitor for a rollback: what the detector found
 
 
 def decide(
@@ -37,7 +39,7 @@ def decide(
         return RunResult(RunStatus.FAILED, f"{prefix}{first.error}")
     stopped = [r for r in results.values() if r.status is RunStatus.STOPPED_BY_MONITOR]
     if stopped:
-        return RunResult(RunStatus.STOPPED_BY_MONITOR, stopped[0].error)
+        return RunResult(RunStatus.STOPPED_BY_MONITOR, stopped[0].error, anomaly=stopped[0].anomaly)
     if stop_requested or any(r.status is RunStatus.INTERRUPTED for r in results.values()):
         return RunResult(RunStatus.INTERRUPTED)
     if untrained is not None and not results:

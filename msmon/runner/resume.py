@@ -26,6 +26,7 @@ import psutil
 from msmon import layout
 from msmon.compat import package_version, use_legacy
 from msmon.compat.checkpoint_file import FORMATS, CheckpointFile, Incomplete, read_checkpoint
+from msmon.compat.template import checkpoint_saving
 from msmon.config.loader import override_value
 from msmon.errors import ExitCode, MsmonError, describe
 from msmon.status import RunStatus
@@ -139,13 +140,15 @@ def _point(root: Path, first: CheckpointFile, skipped: list[str]) -> ResumePoint
     return ResumePoint(root, first.path.name, first.format, int(first.step or 0), len(ranks))
 
 
-def latest_checkpoint(run_dir: Path) -> ResumePoint | None:
-    """The run's latest checkpoint whose files are whole on every rank, or None; half-written ones are skipped
-    (each named in a debug line)."""
+def latest_checkpoint(run_dir: Path, *, before: int | None = None) -> ResumePoint | None:
+    """The run's latest checkpoint whose files are whole on every rank (of a step before ``before`` when given), or
+    None; half-written ones are skipped (each named in a debug line)."""
     skipped: list[str] = []
     best: ResumePoint | None = None
     for root in checkpoint_roots(run_dir):
         for candidate in _candidates(root, skipped):
+            if before is not None and (candidate.step or 0) >= before:
+                continue
             if best is not None and (candidate.step or 0) <= best.step:
                 break
             point = _point(root, candidate, skipped)
@@ -155,6 +158,17 @@ def latest_checkpoint(run_dir: Path) -> ResumePoint | None:
     for line in skipped:
         logger.debug("msmon: checkpoint skipped: %s", line)
     return best
+
+
+def checkpoint_files(run_dir: Path) -> list[CheckpointFile]:
+    """Every whole checkpoint file of every rank (its step read from inside)."""
+    skipped: list[str] = []
+    found = []
+    for root in checkpoint_roots(run_dir):
+        for rank_dir in _rank_dirs(root):
+            found += [whole for path in sorted(rank_dir.iterdir()) if path.suffix in FORMATS and path.is_file()
+                      and (whole := _whole(path, skipped)) is not None]
+    return found
 
 
 def training_layout(training: Mapping[str, Any], world_size: int) -> dict[str, Any]:
@@ -195,15 +209,19 @@ def check_fits(point: ResumePoint, training: Mapping[str, Any], world_size: int,
                          ExitCode.INVALID)
 
 
-def resume_overrides(point: ResumePoint, run_dir: Path, training: Mapping[str, Any]) -> list[str]:
+def resume_overrides(point: ResumePoint, run_dir: Path, training: Mapping[str, Any],
+                     data_position: int | None = None) -> list[str]:
     """``KEY=VALUE`` overrides that make mindformers resume from ``point`` (after the user's own overrides); the
-    link directory a single-process safetensors resume needs is (re)made here."""
+    link directory a single-process safetensors resume needs is (re)made here. ``data_position``: the batches to
+    skip when they are not the checkpoint's step (after a rollback, msmon.runner.rollback)."""
     parallel = bool(training.get("use_parallel"))
     link_dir = run_dir / layout.RESUME_LINKS
     if point.fmt == "safetensors" and not parallel:
         link_to(point.path, link_dir / HYPER_PARAM_FILE)
     keys = resume_keys(fmt=point.fmt, parallel=parallel, root=str(point.root), name=point.name,
                        link_dir=str(link_dir))
+    if data_position is not None and data_position != point.step:
+        keys.update(data_skip_steps=data_position, ignore_data_skip=False)
     return [f"{key}={override_value(value)}" for key, value in keys.items()]
 
 
@@ -237,12 +255,6 @@ def still_running(info: Mapping[str, Any]) -> bool:
     return any("msmon" in part for part in procs.cmdline(psutil.Process(int(pid))))  # type: ignore[arg-type]
 
 
-def has_checkpoint_monitor(training: Mapping[str, Any]) -> bool:
-    callbacks = training.get("callbacks")
-    return any(isinstance(cb, Mapping) and cb.get("type") == "CheckpointMonitor"
-               for cb in (callbacks if isinstance(callbacks, list) else []))
-
-
 def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
                  joins_run: bool = False) -> ResumePoint:
     """The checkpoint the run at ``run_dir`` resumes from; MsmonError saying why there is none that fits."""
@@ -259,7 +271,7 @@ def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
     point = latest_checkpoint(run_dir)
     if point is None:
         hint = ("add a CheckpointMonitor callback to the config (save_checkpoint_steps) so a run can be resumed"
-                if not has_checkpoint_monitor(training) else "the run ended before it saved its first checkpoint")
+                if checkpoint_saving(training) is None else "the run ended before it saved its first checkpoint")
         raise MsmonError(f"no complete checkpoint to resume from in {run_dir / layout.CHECKPOINTS}", hint)
     check_fits(point, training, world_size, (info or {}).get("layout"))
     return point

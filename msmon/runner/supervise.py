@@ -16,7 +16,7 @@ from msmon import layout
 from msmon.config.loader import is_quickstart
 from msmon.errors import describe
 from msmon.ops.backup import backup_config
-from msmon.runner import attempts, results, rundir, runinfo, stacks
+from msmon.runner import attempt_entries, results, rundir, runinfo, stacks
 from msmon.runner.attempts import AttemptLoop
 from msmon.runner.board_beside import BoardBeside
 from msmon.runner.lifecycle import Lifecycle
@@ -58,12 +58,12 @@ class Run:
             writer_rank=plan.writer_rank, node_rank=plan.request.node_rank, view=view,
             config_path=plan.config_file,
         )
-        self.monitor_stop: str | None = None
+        self.monitor_stop: results.RunResult | None = None  # the rank watcher's stop
         self.watcher = RankWatcher(
             plan.run_dir, plan.settings, plan.training, pipeline=plan.pipeline, writer_rank=plan.writer_rank,
             node_rank=plan.request.node_rank, local_ranks=self._local_ranks, request_stop=self._stop_by_monitor,
         )
-        self.lifecycle = Lifecycle(plan.request.max_restarts)
+        self.lifecycle = Lifecycle(plan.request.max_restarts, plan.settings.health.rollback.max_rollbacks)
         self.attempts = AttemptLoop(plan, self.lifecycle, spec, react=self._react, restarted=self.restarted,
                                     monitor_stop=lambda: self.monitor_stop)
         self.reserve: SpaceReserve | None = None
@@ -132,7 +132,7 @@ class Run:
     def _stop_by_monitor(self, reason: str) -> None:
         """A rank watcher alert with ``action: stop``: every rank stops at its next step end."""
         if self.monitor_stop is None:
-            self.monitor_stop = reason
+            self.monitor_stop = results.RunResult(RunStatus.STOPPED_BY_MONITOR, reason, anomaly=self.watcher.anomaly)
             logger.warning("msmon: stopping the run: %s", reason)
             self.attempts.training.request_stop()
 
@@ -213,7 +213,7 @@ class Run:
             error=error, internal=internal_errors.seen() + summed.internal_errors,
             accounting=results.backend_accounting(ranks),
         )
-        self.info = attempts.finish(self.info)
+        self.info = attempt_entries.finish(self.info)
         if self.reserve is not None:
             self.reserve.release()
         try:

@@ -69,6 +69,9 @@ CODES: dict[str, str] = {
     "MS808": "warning: a decaying schedule's total_steps differs from the steps the data and batch size give",
     "MS809": "a health.alerts.chat target: its url is not an http(s) URL; warning: its secret_env is unset, or a "
              "signing secret for a service without signatures",
+    "MS810": "a health detector's action is rollback but the config saves no checkpoint (no CheckpointMonitor)",
+    "MS811": "warning: the CheckpointMonitor's interval and keep_checkpoint_max cannot cover a rollback (no kept "
+             "checkpoint would lie before a typical onset), or health.rollback.max_rollbacks is 0",
     "MS901": "doctor, warning: Python is not 3.11",
     "MS902": "doctor: MindSpore or mindformers is not installed (`msmon run` stops on it)",
     "MS903": "doctor: this mindformers release imports an unpublished package that is missing (`msmon run` stops)",

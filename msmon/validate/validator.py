@@ -30,12 +30,14 @@ from msmon.validate.mf_equivalents import check_duplicates
 from msmon.validate.mf_monitoring import check_mindformers_monitoring
 from msmon.validate.names import check_names, model_name, needs_generated_name
 from msmon.validate.registry import check_registry
+from msmon.validate.rollback import check_rollback
 from msmon.validate.save_dir import check_save_dir
 from msmon.validate.section import check_section
 
 CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
-    check_registry, check_health, check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates,
+    check_registry, check_health, check_rollback, check_learning_rate, check_mindformers_monitoring, check_inputs,
+    check_duplicates,
 )
 MAX_UNRESOLVED = 100
 _ABSENT = object()

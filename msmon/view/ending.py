@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from msmon import layout
+from msmon.anomaly import in_effect, rollbacks_of
 from msmon.status import RunStatus
 from msmon.step_cost import read_costs, time_split
 from msmon.util.durations import format_duration
@@ -49,7 +50,9 @@ def summary_lines(run: RunData) -> list[str]:
     info = run.info
     steps, total = info.get("last_step"), info.get("total_steps")
     done = f"{steps if steps is not None else 0}" + (f" of {total}" if total else "")
-    lines = [f"  {done} steps in {format_duration(_duration_s(info), fine=True)}"]
+    skipped = sum(made.skipped_steps for made in in_effect(rollbacks_of(info)))
+    done += " steps" + (f" ({skipped} skipped by rollbacks)" if skipped else "")
+    lines = [f"  {done} in {format_duration(_duration_s(info), fine=True)}"]
     loss_steps, losses = run.series("loss")
     if losses:
         final, best, best_step = loss_summary(run)
@@ -69,7 +72,7 @@ def summary_lines(run: RunData) -> list[str]:
     if internal:
         lines.append(f"  msmon internal errors: {internal} (a bug of msmon; training went on); the first: "
                      f"{info.get('first_internal_error')} (traceback in {layout.MSMON_LOG} or the rank's log)")
-    return lines + attempt_line(run) + speed_lines(run) + time_lines(run.path)
+    return lines + attempt_line(run) + rollback_lines(run) + speed_lines(run) + time_lines(run.path)
 
 
 def speed_lines(run: RunData) -> list[str]:
@@ -125,6 +128,20 @@ def ranks_worth_a_look(run_dir: Path) -> bool:
     """True when the run captured stacks (it stalled) or had more than one rank."""
     beats = list((run_dir / layout.HEARTBEATS).glob("rank_*.json"))
     return (run_dir / layout.STACKS).is_dir() or len(beats) > 1
+
+
+def rollback_lines(run: RunData) -> list[str]:
+    """``rollbacks: 1`` and one line per rollback: what set it off, where it went, what it skipped and cost."""
+    made = rollbacks_of(run.info)
+    if not made:
+        return []
+    lines = [f"  rollbacks: {len(made)}"]
+    for one in made:
+        samples = f", {one.skipped_samples} samples" if one.skipped_samples is not None else ""
+        lost = f", {format_duration(one.time_lost_s, fine=True)} lost" if one.time_lost_s is not None else ""
+        lines.append(f"    {one.detector} from step {one.onset_step} (alert at {one.alert_step}) -> back to step "
+                     f"{one.checkpoint_step}, data of {one.skipped_steps} steps skipped{samples}{lost}")
+    return lines
 
 
 def attempt_line(run: RunData) -> list[str]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from msmon.compat import global_norm_spike_threshold
+from msmon.compat.template import checkpoint_saving
 from msmon.config.health import HealthSettings
 from msmon.config.schedule import schedule_from_config
 from msmon.health.detectors.base import Detector
@@ -24,10 +25,9 @@ def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
     (mindformers' default 1) and, with ``do_eval``, ``eval_step_interval`` (default 100)."""
     config = config or {}
     found: list[int] = []
-    callbacks = config.get("callbacks")
-    for entry in callbacks if isinstance(callbacks, list) else []:
-        if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
-            found.extend(filter(None, [positive_int(entry.get("save_checkpoint_steps", 1))]))
+    saving = checkpoint_saving(config)
+    if saving is not None:
+        found.append(saving.every_steps)
     if config.get("do_eval") is True:
         found.extend(filter(None, [positive_int(config.get("eval_step_interval", 100))]))
     return tuple(found)

@@ -70,6 +70,7 @@ class GradExplosionDetector:
         self._growing = False
         self._streak = 0
         self._over_cap = False
+        self._previous: int | None = None  # the step of the record before: a value over the cap began after it
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         own, mean = metric(record, "grad_norm"), metric(record, "grad_norm_mean")
@@ -78,11 +79,12 @@ class GradExplosionDetector:
         if gn is None or not math.isfinite(gn) or gn <= 0 or not isinstance(step, int):
             return None
         s = self.settings
+        previous, self._previous = self._previous, step
         peak = metric(record, "grad_norm_max")  # any step of the interval above the cap counts
         if peak is not None and math.isfinite(peak):
-            cap = self._cap(peak, "the largest grad_norm since the previous log")
+            cap = self._cap(peak, "the largest grad_norm since the previous log", previous, step)
         else:
-            cap = self._cap(own if own is not None and math.isfinite(own) else gn, "grad_norm")
+            cap = self._cap(own if own is not None and math.isfinite(own) else gn, "grad_norm", previous, step)
         start = (self.schedule.warmup_end or 0) + s.settle_steps
         if step <= start:
             return cap
@@ -119,9 +121,10 @@ class GradExplosionDetector:
             {"grad_norm": own, **({} if mean is None else {"grad_norm_mean": mean}),
              "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low, "low_step": self._low_step,
              "ratio": ratio, "window_steps": span, "loss": metric(record, "loss")},
+            onset_step=self._points[0][0],  # the growth is fitted from there
         )
 
-    def _cap(self, gn: float, label: str) -> Signal | None:
+    def _cap(self, gn: float, label: str, previous: int | None, step: int) -> Signal | None:
         limit = self.absolute_threshold
         if limit is None or gn < limit:
             self._over_cap = False
@@ -133,4 +136,5 @@ class GradExplosionDetector:
             "warning",
             f"{label} {fmt_number(gn)} reached the absolute threshold {fmt_number(limit)}",
             {"grad_norm": gn, "threshold": limit, "check": "absolute"},
+            onset_step=previous + 1 if previous is not None else step,
         )

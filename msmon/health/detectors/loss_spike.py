@@ -40,6 +40,7 @@ class LossSpikeDetector:
         self._baseline: deque[float] = deque(maxlen=max(settings.window, settings.level_window, 3))
         self._streak = 0
         self._since: int | None = None
+        self._last_normal: int | None = None  # the last step whose loss entered the baseline
         self._active = False
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
@@ -50,6 +51,7 @@ class LossSpikeDetector:
         s = self.settings
         if len(self._baseline) < max(s.warmup, 3):
             self._baseline.append(loss)
+            self._last_normal = step
             return None
         values = list(self._baseline)
         level = statistics.median(values[-max(s.level_window, 1) :])
@@ -58,6 +60,7 @@ class LossSpikeDetector:
         if not (z > s.z_score and (level <= 0 or loss > s.ratio * level)):
             self._streak, self._since, self._active = 0, None, False
             self._baseline.append(loss)
+            self._last_normal = step
             return None
         self._streak += 1
         self._since = step if self._since is None else self._since
@@ -65,10 +68,12 @@ class LossSpikeDetector:
             return None
         self._active = True
         ratio = loss / level if level > 0 else math.inf
+        onset = self._last_normal + 1 if self._last_normal is not None else self._since
         return Signal(
             "warning",
             f"loss spike: loss {fmt_number(loss)} is {ratio:.2g}x its recent level {fmt_number(level)} "
             f"({z:.3g} noise sigmas) for {self._streak} logs since step {self._since}",
             {"loss": loss, "level": level, "noise": noise, "ratio": ratio, "z": z, "logs": self._streak,
              "since_step": self._since},
+            onset_step=onset,
         )

@@ -26,9 +26,12 @@ class NonFiniteDetector:
     def __init__(self, settings: NonFiniteSettings) -> None:
         self.settings = settings
         self._active = False
+        self._previous: int | None = None  # the step of the record before: a NaN in loss_mean began after it
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         bad = nonfinite_values(record)
+        step, previous = record.get("step"), self._previous
+        self._previous = step if isinstance(step, int) else previous
         if not bad:
             self._active = False
             return None
@@ -40,4 +43,5 @@ class NonFiniteDetector:
             "critical",
             f"{names}: the run has diverged or hit a bad batch; later updates are meaningless",
             {**bad, "loss": metric(record, "loss"), "grad_norm": metric(record, "grad_norm")},
+            onset_step=previous + 1 if previous is not None else step if isinstance(step, int) else None,
         )

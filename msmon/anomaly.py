@@ -1,0 +1,104 @@
+"""``Anomaly``: what a detector whose ``action`` is ``rollback`` found, where it began and where it was seen; and
+``Rollback``: what the run did about it, as run.json lists it (``rollbacks``).
+
+The writing rank's health monitor (or the parent's rank watcher) makes an Anomaly when it stops the training for a
+rollback; it crosses to the parent in the rank's result (msmon.runner.protocol), and the run's lifecycle decides
+from it whether the run rolls back (msmon.runner.lifecycle) and to which checkpoint (msmon.runner.rollback). The
+ending, ``msmon runs`` and the report read the Rollbacks back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("msmon")
+
+#: The detectors whose anomalies a rollback can cure: bad data shows as a spike, a growth or a non-finite value.
+ROLLBACK_DETECTORS = ("nonfinite", "loss_spike", "grad_explosion")
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """``detector`` saw it at ``alert_step``; its first affected step is ``onset_step`` (at most ``alert_step``)."""
+
+    detector: str
+    onset_step: int
+    alert_step: int
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"detector": self.detector, "onset_step": self.onset_step, "alert_step": self.alert_step,
+                "message": self.message}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Anomaly:
+        """ValueError, KeyError or TypeError when ``data`` is not one."""
+        return cls(str(data["detector"]), int(data["onset_step"]), int(data["alert_step"]), str(data["message"]))
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """One rollback: what set it off, the checkpoint it went back to, and the data it skipped (in steps)."""
+
+    attempt: int  # the attempt it started
+    detector: str
+    onset_step: int
+    alert_step: int
+    checkpoint_step: int
+    checkpoint: str
+    skip_from: int  # the data position (batches) at the checkpoint's step
+    skip_to: int  # where the next attempt's data begins (data_skip_steps)
+    skipped_samples: int | None  # skipped steps x the samples of num_samples a step takes
+    time: float  # unix seconds of the alert
+    time_lost_s: float | None = None  # from the checkpoint's step to the first step after the rollback
+
+    @property
+    def skipped_steps(self) -> int:
+        return self.skip_to - self.skip_from
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "detector": self.detector, "onset_step": self.onset_step,
+                "alert_step": self.alert_step, "checkpoint_step": self.checkpoint_step,
+                "checkpoint": self.checkpoint, "skip_from": self.skip_from, "skip_to": self.skip_to,
+                "skipped_steps": self.skipped_steps, "skipped_samples": self.skipped_samples, "time": self.time,
+                "time_lost_s": self.time_lost_s}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Rollback:
+        """ValueError, KeyError or TypeError when ``data`` is not one."""
+        samples, lost = data.get("skipped_samples"), data.get("time_lost_s")
+        return cls(int(data["attempt"]), str(data["detector"]), int(data["onset_step"]), int(data["alert_step"]),
+                   int(data["checkpoint_step"]), str(data["checkpoint"]), int(data["skip_from"]),
+                   int(data["skip_to"]), int(samples) if samples is not None else None, float(data["time"]),
+                   float(lost) if lost is not None else None)
+
+
+def rollbacks_of(info: Mapping[str, Any]) -> list[Rollback]:
+    """The rollbacks run.json lists (entries this msmon cannot read are left out)."""
+    found = []
+    for entry in info.get("rollbacks") or []:
+        try:
+            found.append(Rollback.from_json(entry))
+        except (ValueError, KeyError, TypeError):
+            logger.warning("msmon: run.json lists a rollback this msmon cannot read: %s", entry)
+    return found
+
+
+def in_effect(rollbacks: Sequence[Rollback]) -> list[Rollback]:
+    """The rollbacks the surviving curve still follows: one back to an earlier checkpoint discards those after it."""
+    chain: list[Rollback] = []
+    for rollback in rollbacks:
+        chain = [r for r in chain if r.checkpoint_step < rollback.checkpoint_step] + [rollback]
+    return chain
+
+
+def data_position(rollbacks: Sequence[Rollback], step: int) -> int:
+    """The batches the data has given (trained on or skipped) once ``step`` of the surviving curve has ended."""
+    position = step
+    for rollback in in_effect(rollbacks):
+        if rollback.checkpoint_step <= step:
+            position = rollback.skip_to + step - rollback.checkpoint_step
+    return position

@@ -1,0 +1,173 @@
+"""The article's night on the real Trainer: a dataset whose batches in a window of steps are corrupt (shuffle off, so
+the window is known) makes the loss spike; ``action: rollback`` goes back to the checkpoint before it, skips the
+data, and the run ends as a clean run would. Each training here needs its own corrupt dataset, which no canonical
+run has."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_training import QUICKSTARTS, write_quickstart_config
+from launch import Launched, records
+
+pytestmark = pytest.mark.training
+
+STEPS = 300
+BATCH = 8  # the quickstart's 2 learns too noisily for a final loss to compare (one step's loss varies by half)
+WINDOW = (150, 170)  # the corrupt steps
+CHECKPOINT_STEPS = 50
+FINAL_LOGS = 30  # the final loss: the mean of this many last logged steps
+
+
+def corrupt_dataset(directory: Path, model: str, window: tuple[int, int] | None, kind: str = "random") -> Path:
+    """The quickstart's dataset (``STEPS`` batches of ``BATCH``) with the samples of the steps in ``window`` corrupt:
+    ``random`` tokens (the loss jumps to about log(vocab)), or ``nan_mask`` (the mcore loss mask NaN: the loss is
+    NaN)."""
+    import dataclasses
+
+    import numpy as np
+    from mindspore.mindrecord import FileWriter
+
+    from msmon.config.datasets import spec_of
+    from msmon.runner.quickstart import columns, sequences
+
+    spec = dataclasses.replace(spec_of("quickstart" if model == "legacy" else "quickstart_qwen3"),
+                               samples=STEPS * BATCH)
+    rows = sequences(spec)
+    rng = np.random.default_rng(7)
+    bad = range(BATCH * (window[0] - 1), BATCH * window[1]) if window else range(0)
+    if kind == "random":
+        for index in bad:
+            rows[index] = rng.integers(0, spec.vocab_size, size=rows.shape[1])
+    samples = [columns(spec, row) for row in rows]
+    if kind == "nan_mask":
+        for index in bad:
+            samples[index]["loss_mask"] = np.full(spec.seq_length, np.nan, np.float32)
+    path = directory / f"{model}-{kind}-{window}.mindrecord"
+    writer = FileWriter(str(path), shard_num=1, overwrite=True)
+    writer.add_schema({key: {"type": str(value.dtype), "shape": [-1]} for key, value in samples[0].items()}, "corrupt")
+    writer.write_raw_data(samples)
+    writer.commit()
+    return path
+
+
+def train(tmp_path: Path, name: str, model: str, data: Path, *, health: dict[str, Any],
+          checkpoint_steps: int = CHECKPOINT_STEPS) -> tuple[int, Path, str]:
+    """``msmon run`` of the quickstart on ``data`` (batch 8, shuffle off, a checkpoint every 50 steps, every step
+    logged): the exit code, the run directory and the terminal output."""
+    directory = tmp_path / name
+    directory.mkdir()
+    batch = dict.fromkeys(("runner_config.batch_size", "train_dataset.batch_size"), BATCH)
+    if model == "legacy":
+        batch["model.model_config.batch_size"] = BATCH
+    config = write_quickstart_config(
+        directory, source=QUICKSTARTS[model], log_interval=1, monitor_type=["file"],
+        track_metrics=["loss", "grad_norm"], health=health,
+        overrides={"train_dataset.data_loader.dataset_dir": str(data), "train_dataset.data_loader.shuffle": False,
+                   "train_dataset.data_loader.num_samples": STEPS * BATCH, **batch,
+                   "callbacks.1.save_checkpoint_steps": checkpoint_steps, "callbacks.1.keep_checkpoint_max": 5})
+    run = Launched.start(directory, "run", str(config), "--plain")
+    code = run.finish()
+    project = "quickstart" if model == "legacy" else "quickstart_qwen3"
+    return code, directory / "monitor_logs" / project / "test_run", run.output
+
+
+def final_loss(rows: list[dict[str, Any]], last_step: int) -> float:
+    return statistics.mean(r["loss"] for r in rows if last_step - FINAL_LOGS < r["step"] <= last_step)
+
+
+def info(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("model", ["legacy", "mcore"])
+def test_a_loss_spike_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path, model: str) -> None:
+    """Rollback: exit 0, one rollback to the step-100 checkpoint whose skipped data covers the corrupt window, one
+    honest curve (each step once, no value near the spike after step 100; the spike kept in metrics.attempt-1.jsonl),
+    and a final loss within 20% of a clean run's at the same step. ``action: alert`` on the same data shows the
+    spike in its curve."""
+    spike = {"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}}
+    code, run_dir, output = train(tmp_path, "rollback", model, corrupt_dataset(tmp_path, model, WINDOW), health=spike)
+    assert code == 0, output[-3000:]
+    (made,) = info(run_dir)["rollbacks"]
+    assert made["detector"] == "loss_spike" and made["checkpoint_step"] == 100
+    assert made["checkpoint_step"] < made["onset_step"] <= WINDOW[0] + 1 and made["alert_step"] < WINDOW[1]
+    assert made["skip_from"] <= WINDOW[0] - 1 and made["skip_to"] >= WINDOW[1]  # every corrupt batch skipped
+    assert made["skipped_steps"] == made["skip_to"] - 100 and made["skipped_samples"] == BATCH * made["skipped_steps"]
+    assert made["time_lost_s"] > 0
+    rows = records(run_dir)
+    steps = [r["step"] for r in rows]
+    assert steps == list(range(1, STEPS - made["skipped_steps"] + 1))  # each step once, the skipped steps not run
+    superseded = records(run_dir, "metrics.attempt-1.jsonl")
+    peak = max(r["loss"] for r in superseded)
+    assert min(r["step"] for r in superseded) == 101 and peak > 5.0  # the spike, kept aside
+    assert max(r["loss"] for r in rows if r["step"] > 100) < 0.7 * peak
+    attempts = info(run_dir)["attempts"]
+    assert [(a["reason"], a["status"], a["resumed_from_step"]) for a in attempts] == \
+        [("start", "stopped_by_monitor", None), ("rollback", "completed", 100)]
+    assert "rollback: loss_spike from step" in output and "rollbacks: 1" in output
+
+    clean_code, clean_dir, clean_output = train(tmp_path, "clean", model, corrupt_dataset(tmp_path, model, None),
+                                                health={})
+    assert clean_code == 0, clean_output[-3000:]
+    last = steps[-1]
+    rolled, clean = final_loss(rows, last), final_loss(records(clean_dir), last)
+    alert_code, alert_dir, _ = train(tmp_path, "alert", model, corrupt_dataset(tmp_path, model, WINDOW),
+                                     health={"rollback": {"skip_steps": 30}})
+    assert alert_code == 0
+    alerted = records(alert_dir)
+    assert max(r["loss"] for r in alerted if WINDOW[0] <= r["step"] <= WINDOW[1]) > 5.0  # the spike, in its curve
+    assert "loss_spike" in {a["detector"] for a in records(alert_dir, "alerts.jsonl")}
+    print(f"measured ({model}): mean loss of steps {last - FINAL_LOGS + 1}-{last}: rollback {rolled:.3f}, clean "
+          f"{clean:.3f}, alert only {final_loss(alerted, last):.3f}; time lost {made['time_lost_s']} s")
+    assert rolled == pytest.approx(clean, rel=0.2)
+
+
+def test_a_nan_loss_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path) -> None:
+    """mcore: a loss mask of NaN in the window makes the loss NaN; ``nonfinite: rollback`` rolls back to step 100,
+    skips the window, and the run completes with no NaN in its curve."""
+    health = {"nonfinite": {"action": "rollback"}, "rollback": {"skip_steps": 30}}
+    data = corrupt_dataset(tmp_path, "mcore", WINDOW, kind="nan_mask")
+    code, run_dir, output = train(tmp_path, "nan", "mcore", data, health=health)
+    assert code == 0, output[-3000:]
+    (made,) = info(run_dir)["rollbacks"]
+    assert (made["detector"], made["checkpoint_step"]) == ("nonfinite", 100) and made["skip_to"] >= WINDOW[1]
+    assert all(r["loss"] == r["loss"] for r in records(run_dir))  # no NaN survives
+    assert any(r["loss"] != r["loss"] for r in records(run_dir, "metrics.attempt-1.jsonl"))
+
+
+def test_no_checkpoint_before_the_onset_stops_the_run_and_says_why(tmp_path: Path) -> None:
+    """A spike at step 80 with the first checkpoint at step 100: exit 4, run.json's error names the step it needed;
+    nothing rolled back."""
+    health = {"loss_spike": {"action": "rollback"}}
+    code, run_dir, output = train(tmp_path, "early", "legacy", corrupt_dataset(tmp_path, "legacy", (80, 90)),
+                                  health=health, checkpoint_steps=100)
+    assert code == 4, output[-3000:]
+    recorded = info(run_dir)
+    assert recorded["status"] == "stopped_by_monitor" and not recorded.get("rollbacks")
+    assert "not rolled back: no complete checkpoint before step" in recorded["error"]
+    assert len(recorded["attempts"]) == 1
+
+
+@pytest.mark.parametrize(("max_rollbacks", "code"), [(3, 0), (1, 4)])
+def test_a_second_spike_in_the_replayed_window_rolls_back_again_within_the_budget(
+        tmp_path: Path, max_rollbacks: int, code: int) -> None:
+    """``skip_steps: 10`` skips too little: the data after the first rollback is still corrupt, so the loss spikes
+    again right after step 100. With 3 rollbacks the run rolls back a second time (to the same checkpoint, the data
+    skipped further) and completes; with 1 it stops there (exit 4) and says the budget is spent."""
+    health = {"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 10, "max_rollbacks": max_rollbacks}}
+    ended, run_dir, output = train(tmp_path, "again", "legacy", corrupt_dataset(tmp_path, "legacy", WINDOW),
+                                   health=health)
+    assert ended == code, output[-3000:]
+    recorded = info(run_dir)
+    made = recorded["rollbacks"]
+    if code == 4:
+        assert len(made) == 1 and "not rolled back: no rollback left (1 of 1 used)" in recorded["error"]
+        return
+    assert [m["checkpoint_step"] for m in made] == [100, 100] and made[1]["skip_from"] == made[0]["skip_to"]
+    assert made[1]["onset_step"] <= 110 and made[1]["skip_to"] >= WINDOW[1]
+    assert [a["reason"] for a in recorded["attempts"]] == ["start", "rollback", "rollback"]

@@ -1,0 +1,117 @@
+"""The rollback's logic without a training: each detector's onset, the data position over several rollbacks, the
+checkpoint chosen before the onset, the superseded checkpoints set aside, and the rollback's result crossing the
+process boundary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from helpers_checkpoints import checkpoint_tree
+
+from msmon.anomaly import Anomaly, Rollback, data_position, in_effect, rollbacks_of
+from msmon.config.health import GradExplosionSettings, HealthSettings, LossSpikeSettings, RollbackSettings
+from msmon.health.detectors.grad_explosion import GradExplosionDetector
+from msmon.health.detectors.loss_spike import LossSpikeDetector
+from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.monitor import HealthMonitor
+from msmon.runner import rollback
+from msmon.runner.protocol import RankResult
+from msmon.runner.resume import resume_overrides
+from msmon.status import RunStatus
+
+
+def made(attempt: int, checkpoint: int, skip_to: int, alert: int = 0) -> Rollback:
+    return Rollback(attempt, "loss_spike", alert, alert, checkpoint, f"ckpt_{checkpoint}", checkpoint, skip_to,
+                    None, 0.0)
+
+
+def test_the_data_position_follows_the_rollbacks_of_the_surviving_curve() -> None:
+    assert data_position([], 120) == 120
+    first = made(2, checkpoint=100, skip_to=182)
+    assert [data_position([first], s) for s in (99, 100, 101, 130)] == [99, 182, 183, 212]
+    later = made(3, checkpoint=150, skip_to=300)  # a second rollback, to a checkpoint of the second attempt
+    assert [data_position([first, later], s) for s in (120, 150, 151)] == [202, 300, 301]
+    back = made(4, checkpoint=100, skip_to=400)  # back to the first checkpoint again: the second one no longer counts
+    assert in_effect([first, later, back]) == [back]
+    assert data_position([first, later, back], 160) == 460
+    earlier = made(5, checkpoint=50, skip_to=70)
+    assert in_effect([first, earlier]) == [earlier] and data_position([first, earlier], 120) == 140
+
+
+def test_a_rollback_survives_run_json() -> None:
+    one = Rollback(2, "nonfinite", 150, 152, 100, "/c/rank_0/x.ckpt", 100, 182, 164, 1.5, 8.5)
+    assert Rollback.from_json(one.to_json()) == one and one.to_json()["skipped_steps"] == 82
+    assert rollbacks_of({"rollbacks": [one.to_json(), {"attempt": "x"}]}) == [one]
+
+
+def test_each_rollback_detector_reports_where_the_anomaly_began() -> None:
+    spike = LossSpikeDetector(LossSpikeSettings(warmup=5, patience=2, span_steps=0))
+    signals = [spike.observe({"step": step, "loss": loss})
+               for step, loss in zip(range(10, 200, 10), [3.0, 2.9, 2.8, 2.9, 2.8, 2.7, 2.8, 9.0, 9.5], strict=False)]
+    fired = [s for s in signals if s is not None]
+    assert len(fired) == 1 and fired[0].onset_step == 71  # the first step after the last normal log (70)
+
+    nan = NonFiniteDetector(HealthSettings().nonfinite)
+    assert nan.observe({"step": 10, "loss": 1.0}) is None
+    found = nan.observe({"step": 20, "loss": math.nan})
+    assert found is not None and found.onset_step == 11
+
+    cap = GradExplosionDetector(GradExplosionSettings(), absolute_threshold=10.0)
+    assert cap.observe({"step": 5, "grad_norm": 1.0}) is None
+    over = cap.observe({"step": 10, "grad_norm": 50.0})
+    assert over is not None and over.onset_step == 6
+
+
+def test_a_rollback_action_stops_with_the_anomaly_and_a_stop_action_without() -> None:
+    stops: list[str] = []
+    settings = HealthSettings(nonfinite=HealthSettings().nonfinite.__class__(action="rollback"))
+    monitor = HealthMonitor(settings, request_stop=stops.append)
+    monitor.observe({"step": 10, "loss": 1.0, "time": 1.0})
+    monitor.observe({"step": 20, "loss": math.nan, "time": 2.0})
+    assert stops and monitor.anomaly == Anomaly("nonfinite", 11, 20, monitor.alerts[0].message)
+    assert monitor.alerts[0].to_dict()["onset_step"] == 11
+    monitor.resumed()
+    assert monitor.anomaly is None and monitor.stop_reason is None
+    plain = HealthMonitor(HealthSettings(nonfinite=HealthSettings().nonfinite.__class__(action="stop")))
+    plain.observe({"step": 20, "loss": math.nan, "time": 2.0})
+    assert plain.stop_reason is not None and plain.anomaly is None
+
+
+def test_the_anomaly_crosses_in_the_rank_result() -> None:
+    found = Anomaly("loss_spike", 150, 152, "loss spike")
+    result = RankResult(0, RunStatus.STOPPED_BY_MONITOR, "loss_spike at step 152: x", anomaly=found)
+    assert RankResult.from_json(result.to_json()) == result
+    assert RankResult.from_json(RankResult(1, RunStatus.INTERRUPTED).to_json()).anomaly is None
+
+
+def test_the_checkpoint_chosen_lies_before_the_onset_by_the_margin(tmp_path: Path) -> None:
+    checkpoint_tree(tmp_path, [50, 100, 150], ranks=2, prefix="m")
+    spike = Anomaly("loss_spike", 151, 153, "x")
+    training = {"runner_config": {"batch_size": 2}}
+    point, one = rollback.choose(tmp_path, spike, RollbackSettings(skip_steps=30), [], training, 2)
+    assert point.step == 150 and (one.skip_from, one.skip_to, one.skipped_samples) == (150, 183, 66)
+    point, _ = rollback.choose(tmp_path, spike, RollbackSettings(margin_steps=1), [], training, 2)
+    assert point.step == 100  # 150 is not 1 step before the onset
+    with pytest.raises(rollback.NoCheckpoint, match="no complete checkpoint before step 50"):
+        rollback.choose(tmp_path, Anomaly("nonfinite", 50, 60, "x"), RollbackSettings(), [], training, 2)
+
+
+def test_checkpoints_after_the_rollback_step_move_aside_and_no_longer_count(tmp_path: Path) -> None:
+    checkpoint_tree(tmp_path, [50, 100, 150, 157], ranks=2, prefix="m")
+    assert rollback.set_aside_checkpoints(tmp_path, 100, attempt=1) == 4
+    aside = tmp_path / "logs/output/checkpoint.superseded/attempt-1"
+    assert sorted(p.name for p in aside.rglob("*.ckpt")) == ["m_rank_0-1_150.ckpt", "m_rank_0-1_157.ckpt",
+                                                               "m_rank_1-1_150.ckpt", "m_rank_1-1_157.ckpt"]
+    point, _ = rollback.choose(tmp_path, Anomaly("loss_spike", 400, 402, "x"), RollbackSettings(), [], {}, 2)
+    assert point.step == 100
+
+
+def test_a_resume_after_a_rollback_skips_the_same_data(tmp_path: Path) -> None:
+    checkpoint_tree(tmp_path, [100])
+    point = rollback.latest_checkpoint(tmp_path)
+    assert point is not None
+    keys = resume_overrides(point, tmp_path, {}, data_position=182)
+    assert "data_skip_steps=182" in keys and "ignore_data_skip=false" in [k.lower() for k in keys]
+    assert not any(key.startswith("data_skip_steps") for key in resume_overrides(point, tmp_path, {}, 100))
