@@ -54,7 +54,7 @@ def test_replay_equals_the_live_listener():
     live = HealthMonitor(HealthSettings())
     for line in path.read_text(encoding="utf-8").splitlines():
         live.on_record(json.loads(line))
-    alerts, count = replay(path)
+    alerts, count, _ = replay(path)
     assert count == 320
     assert [a.to_dict() for a in alerts] == [a.to_dict() for a in sorted(live.alerts, key=lambda a: a.step)]
     assert alerts and alerts[0].detector == "dead_series"
@@ -69,7 +69,7 @@ def test_run_directory_uses_its_own_settings_and_schedule(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     (run / "config.yaml").write_text("peak: 1.e-3\nlr_schedule:\n  type: ConstantWarmUpLR\n  learning_rate: ${peak}\n")
     (run / "monitor_config.resolved.yaml").write_text("health:\n  learning_rate:\n    action: stop\n")
-    alerts, _ = replay(run)
+    alerts, _, _ = replay(run)
     assert [(a.detector, a.step, a.action, a.values["check"]) for a in alerts] == [
         ("learning_rate", 6, "stop", "above_peak")]
     (run / "monitor_config.resolved.yaml").write_text("health:\n  learning_rate:\n    action: halt\n")

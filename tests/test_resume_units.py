@@ -231,11 +231,11 @@ def test_replay_sees_the_restart_of_a_resumed_run_as_live(tmp_path: Path) -> Non
     rows = [_record(s, 1000.0 + s) for s in range(10, 410, 10)]
     rows += [_record(s, 90000.0 + s) for s in range(410, 500, 10)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    alerts, _ = replay(tmp_path)
+    alerts, _, _ = replay(tmp_path)
     assert [a.detector for a in alerts] == ["stall"]
     attempts_json = {"attempts": [{"attempt": 1}, {"attempt": 2, "resumed_from_step": 400}]}
     (tmp_path / "run.json").write_text(json.dumps(attempts_json))
-    alerts, count = replay(tmp_path)
+    alerts, count, _ = replay(tmp_path)
     assert alerts == [] and count == len(rows)
 
 

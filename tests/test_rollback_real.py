@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_msmon
 from helpers_training import QUICKSTARTS, write_quickstart_config
 from launch import Launched, records
 
@@ -89,7 +90,7 @@ def test_a_loss_spike_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path, m
     """Rollback: exit 0, one rollback to the step-100 checkpoint whose skipped data covers the corrupt window, one
     honest curve (each step once, no value near the spike after step 100; the spike kept in metrics.attempt-1.jsonl),
     and a final loss within 20% of a clean run's at the same step. ``action: alert`` on the same data shows the
-    spike in its curve."""
+    spike in its curve, and `msmon replay` of that run with the rollback config says where the rollback went."""
     spike = {"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}}
     code, run_dir, output = train(tmp_path, "rollback", model, corrupt_dataset(tmp_path, model, WINDOW), health=spike)
     assert code == 0, output[-3000:]
@@ -122,6 +123,10 @@ def test_a_loss_spike_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path, m
     alerted = records(alert_dir)
     assert max(r["loss"] for r in alerted if WINDOW[0] <= r["step"] <= WINDOW[1]) > 5.0  # the spike, in its curve
     assert "loss_spike" in {a["detector"] for a in records(alert_dir, "alerts.jsonl")}
+    replayed = run_msmon("replay", str(alert_dir), "--json", "--config", str(tmp_path / "rollback" / "quickstart.yaml"))
+    assert replayed.code == 0, replayed.stderr
+    (would,) = [a["rollback"] for a in json.loads(replayed.stdout) if a["detector"] == "loss_spike"]
+    assert (would["checkpoint_step"], would["skip_to"]) == (made["checkpoint_step"], made["skip_to"])  # as it went
     print(f"measured ({model}): mean loss of steps {last - FINAL_LOGS + 1}-{last}: rollback {rolled:.3f}, clean "
           f"{clean:.3f}, alert only {final_loss(alerted, last):.3f}; time lost {made['time_lost_s']} s")
     assert rolled == pytest.approx(clean, rel=0.2)
@@ -171,3 +176,74 @@ def test_a_second_spike_in_the_replayed_window_rolls_back_again_within_the_budge
     assert [m["checkpoint_step"] for m in made] == [100, 100] and made[1]["skip_from"] == made[0]["skip_to"]
     assert made[1]["onset_step"] <= 110 and made[1]["skip_to"] >= WINDOW[1]
     assert [a["reason"] for a in recorded["attempts"]] == ["start", "rollback", "rollback"]
+
+
+def test_ctrl_c_during_a_rollback_ends_the_run_interrupted_with_nothing_left(tmp_path: Path) -> None:
+    """SIGINT the moment the rollback alert is written (the next attempt is starting): exit 130, run.json
+    interrupted with the rollback listed, and no process of the run left."""
+    import signal
+
+    from helpers_ranks import processes_of
+
+    directory = tmp_path / "interrupted"
+    directory.mkdir()
+    data = corrupt_dataset(tmp_path, "legacy", WINDOW)
+    config = write_quickstart_config(
+        directory, log_interval=1, monitor_type=["file"], track_metrics=["loss", "grad_norm"],
+        health={"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}},
+        overrides={"train_dataset.data_loader.dataset_dir": str(data), "train_dataset.data_loader.shuffle": False,
+                   "train_dataset.data_loader.num_samples": STEPS * BATCH, "runner_config.batch_size": BATCH,
+                   "train_dataset.batch_size": BATCH, "model.model_config.batch_size": BATCH,
+                   "callbacks.1.save_checkpoint_steps": CHECKPOINT_STEPS, "callbacks.1.keep_checkpoint_max": 5})
+    run = Launched.start(directory, "run", str(config), "--plain")
+    run_dir = directory / "monitor_logs" / "quickstart" / "test_run"
+    alerts = run_dir / "alerts.jsonl"
+    run.wait_for(lambda: alerts.is_file() and '"detector": "rollback"' in alerts.read_text(encoding="utf-8"))
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish() == 130, run.output[-3000:]
+    recorded = info(run_dir)
+    assert recorded["status"] == "interrupted" and len(recorded["rollbacks"]) == 1
+    assert processes_of(run_dir) == []
+
+
+def test_two_ranks_roll_back_to_the_same_step_and_skip_the_same_data(tmp_path: Path) -> None:
+    """msrun, two data-parallel ranks, each reading its own shard of a dataset whose batches of steps 150-170 are
+    corrupt on both ranks: the writing rank's loss spike rolls both ranks back to step 100, mindformers on each
+    rank says it skipped the same data, and the run completes (exit 0)."""
+    import dataclasses
+
+    import numpy as np
+    from helpers_ranks import RankRun
+    from mindspore.mindrecord import FileWriter
+
+    from msmon.config.datasets import spec_of
+    from msmon.runner.quickstart import columns, sequences
+
+    steps, per_rank = 240, 2
+    spec = dataclasses.replace(spec_of("quickstart"), samples=2 * steps * per_rank)
+    rows = sequences(spec)
+    rng = np.random.default_rng(7)
+    # rank r reads samples r, r + 2, r + 4, ... (MindRecord's shard sampler, shuffle off; measured: a corrupt block
+    # in each contiguous half spiked at steps 75 and 195): the samples of both ranks' steps 150-170 are one block
+    for index in range(2 * per_rank * (WINDOW[0] - 1), 2 * per_rank * WINDOW[1]):
+        rows[index] = rng.integers(0, spec.vocab_size, size=rows.shape[1])
+    data = tmp_path / "two-ranks.mindrecord"
+    writer = FileWriter(str(data), shard_num=1, overwrite=True)
+    samples = [columns(spec, row) for row in rows]
+    writer.add_schema({key: {"type": str(value.dtype), "shape": [-1]} for key, value in samples[0].items()}, "corrupt")
+    writer.write_raw_data(samples)
+    writer.commit()
+    checkpoints = {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": CHECKPOINT_STEPS,
+                   "keep_checkpoint_max": 5, "integrated_save": False, "async_save": False}
+    run = RankRun.start(tmp_path, steps=steps, log_interval=1, callbacks=[checkpoints],
+                        health={"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}},
+                        extra=[f"train_dataset.data_loader.dataset_dir={data}",
+                               "train_dataset.data_loader.shuffle=False"])
+    assert run.finish() == 0, run.stderr[-3000:]
+    (made,) = info(run.run_dir)["rollbacks"]
+    assert made["checkpoint_step"] == 100 and made["skip_to"] >= WINDOW[1]
+    skipped = [(run.run_dir / "logs" / "output" / "log" / f"rank_{rank}" / "info.log").read_text(
+        encoding="utf-8", errors="replace").count(f"dataset skip {made['skip_to']} steps") for rank in (0, 1)]
+    assert skipped == [1, 1], skipped
+    assert [a["resumed_from_step"] for a in info(run.run_dir)["attempts"]] == [None, 100]
+    assert max(r["step"] for r in records(run.run_dir)) == steps - made["skipped_steps"]

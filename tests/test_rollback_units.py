@@ -115,3 +115,32 @@ def test_a_resume_after_a_rollback_skips_the_same_data(tmp_path: Path) -> None:
     keys = resume_overrides(point, tmp_path, {}, data_position=182)
     assert "data_skip_steps=182" in keys and "ignore_data_skip=false" in [k.lower() for k in keys]
     assert not any(key.startswith("data_skip_steps") for key in resume_overrides(point, tmp_path, {}, 100))
+
+
+def test_replay_forecasts_where_each_rollback_would_have_gone() -> None:
+    from msmon.config.health import LossSpikeSettings
+    from msmon.health.alert import Alert
+    from msmon.health.rollback_forecast import forecast
+
+    settings = HealthSettings(loss_spike=LossSpikeSettings(action="rollback"),
+                              rollback=RollbackSettings(max_rollbacks=2, skip_steps=30))
+    config = {"callbacks": [{"type": "CheckpointMonitor", "save_checkpoint_steps": 50, "keep_checkpoint_max": 5}]}
+
+    def spike(step: int, onset: int, detector: str = "loss_spike") -> Alert:
+        return Alert(1.0, step, detector, "warning", "x", {}, "rollback", onset_step=onset)
+
+    alerts = [spike(152, 150), spike(170, 168), spike(152, 150, "grad_explosion"), spike(260, 255), spike(402, 400),
+              spike(30, 25)]
+    found = {(f.alert_step, f.detector): f for f in forecast(alerts, settings, config)}
+    assert set(found) == {(30, "loss_spike"), (152, "loss_spike"), (170, "loss_spike"), (260, "loss_spike"),
+                          (402, "loss_spike")}  # grad_explosion's action is alert
+    assert found[30, "loss_spike"].refused is not None and "no checkpoint kept before step 25" in \
+        found[30, "loss_spike"].refused
+    assert (found[152, "loss_spike"].checkpoint_step, found[152, "loss_spike"].skip_to) == (100, 182)
+    assert found[152, "loss_spike"].describe() == "rollback to step 100, skipping the data of steps 101-182"
+    assert "skipped by the rollback before" in (found[170, "loss_spike"].refused or "")
+    assert found[260, "loss_spike"].checkpoint_step == 250
+    assert found[402, "loss_spike"].refused == "no rollback left (2 of 2)"
+    sparse = {"callbacks": [{"type": "CheckpointMonitor", "save_checkpoint_steps": 100, "keep_checkpoint_max": 1}]}
+    assert forecast([spike(152, 150)], settings, sparse)[0].refused is not None
+    assert forecast([spike(152, 150)], settings, {})[0].refused == "the config saves no checkpoint"

@@ -211,7 +211,7 @@ def recorded_run(tmp_path: Path) -> Path:
 
 
 def test_replay_finds_the_slow_rank_in_a_recorded_run(tmp_path: Path) -> None:
-    alerts, count = replay(recorded_run(tmp_path))
+    alerts, count, _ = replay(recorded_run(tmp_path))
     assert count == 39
     assert [(a.detector, a.values["rank"], a.step) for a in alerts] == [("slow_rank", 1, 60)]
 

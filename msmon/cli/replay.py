@@ -27,16 +27,20 @@ def replay(
         None, "--config", help="Use this YAML's monitor_config.health and lr_schedule (to tune thresholds)."
     ),
 ) -> None:
-    """Run the health detectors over a recorded run and print the alerts in step order (exit 0; 1 bad input)."""
+    """Run the health detectors over a recorded run and print the alerts in step order, with where each
+    ``action: rollback`` would have rolled the run back (exit 0; 1 bad input)."""
     from rich.markup import escape
 
     from msmon.health.replay import replay as run_replay
     from msmon.util.numbers import json_safe
 
     settings, training = _tuning(config) if config else (None, None)
-    alerts, count = run_replay(path, settings, training)
+    alerts, count, forecasts = run_replay(path, settings, training)
+    rollbacks = {(forecast.alert_step, forecast.detector): forecast for forecast in forecasts}
     if as_json:
-        print(json.dumps([json_safe(alert.to_dict()) for alert in alerts], indent=2))
+        print(json.dumps([json_safe({**alert.to_dict(), **({"rollback": rollbacks[alert.step, alert.detector].to_json()}
+                                                             if (alert.step, alert.detector) in rollbacks else {})})
+                          for alert in alerts], indent=2))
         return
     console = stdout_console()
     for alert in alerts:
@@ -45,6 +49,8 @@ def replay(
             f"step {alert.step:>7}  [{style}]{alert.severity:<8}[/{style}]  {alert.detector:<15} "
             f"{escape(alert.message)}"
         )
+        if (alert.step, alert.detector) in rollbacks:
+            console.print(f"{'':>13}-> {escape(rollbacks[alert.step, alert.detector].describe())}")
     noun = "alert" if len(alerts) == 1 else "alerts"
     console.print(f"{len(alerts)} {noun} in {count} records of {escape(path)}")
 

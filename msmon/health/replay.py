@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -16,6 +16,7 @@ from msmon.errors import MsmonError
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
 from msmon.health.rank_costs import RankCosts, RankReport
+from msmon.health.rollback_forecast import Forecast, forecast
 from msmon.step_cost import StepCost, read_costs
 from msmon.util.jsonfiles import parse_object, read_json_object, read_jsonl
 from msmon.util.numbers import as_number, with_nonfinite_floats
@@ -147,12 +148,21 @@ def run_dir_inputs(run_dir: Path) -> tuple[Path, HealthSettings, dict[str, Any],
     return metrics, settings, config, total if isinstance(total, int) else None
 
 
+class Replayed(NamedTuple):
+    """What a replay found: the alerts in step order, the records read, and where each alert of a detector with
+    ``action: rollback`` would have rolled the run back."""
+
+    alerts: list[Alert]
+    records: int
+    forecasts: list[Forecast]
+
+
 def replay(
     path: str | Path, settings: HealthSettings | None = None, config: Mapping[str, Any] | None = None
-) -> tuple[list[Alert], int]:
-    """(alerts in step order, records read) of a run directory or JSON Lines file.
+) -> Replayed:
+    """The alerts, records read and rollback forecasts of a run directory or JSON Lines file.
 
-    ``settings`` / ``config`` override the run directory's own (to tune thresholds).
+    ``settings`` / ``config`` override the run directory's own (to tune thresholds, to try ``action: rollback``).
     """
     source = Path(path)
     total = None
@@ -180,7 +190,8 @@ def replay(
         count += 1
     if source.is_dir():
         replay_costs(monitor, read_costs(source))
-    return sorted(monitor.alerts, key=lambda alert: alert.step), count
+    alerts = sorted(monitor.alerts, key=lambda alert: alert.step)
+    return Replayed(alerts, count, forecast(alerts, monitor.settings, config))
 
 
 def attempts_of(costs: list[StepCost]) -> list[list[StepCost]]:
