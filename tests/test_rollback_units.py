@@ -144,3 +144,35 @@ def test_replay_forecasts_where_each_rollback_would_have_gone() -> None:
     sparse = {"callbacks": [{"type": "CheckpointMonitor", "save_checkpoint_steps": 100, "keep_checkpoint_max": 1}]}
     assert forecast([spike(152, 150)], settings, sparse)[0].refused is not None
     assert forecast([spike(152, 150)], settings, {})[0].refused == "the config saves no checkpoint"
+
+
+@pytest.mark.parametrize(("callbacks", "rollback", "codes"), [
+    ([{"type": "MFLossMonitor"}], {}, {"MS810"}),
+    ([{"type": "CheckpointMonitor", "save_checkpoint_steps": 100, "keep_checkpoint_max": 3}], {}, set()),
+    ([{"type": "CheckpointMonitor", "save_checkpoint_steps": 100, "keep_checkpoint_max": 2}], {}, {"MS811"}),
+    ([{"type": "CheckpointMonitor", "save_checkpoint_steps": 100, "keep_checkpoint_max": 3}],
+     {"margin_steps": 200}, {"MS811"}),
+    ([{"type": "CheckpointMonitor", "save_checkpoint_steps": 100}], {"max_rollbacks": 0}, {"MS811"}),
+])
+def test_validate_says_whether_the_checkpoints_can_carry_a_rollback(callbacks: list, rollback: dict,
+                                                                     codes: set[str]) -> None:
+    from validate_base import base_config
+
+    from msmon.validate import validate_config
+
+    config = base_config()
+    config["callbacks"] = callbacks
+    config["monitor_config"]["health"] = {"loss_spike": {"action": "rollback"}, "rollback": rollback}
+    found = {f.code for f in validate_config(config).findings} & {"MS810", "MS811"}
+    assert found == codes
+
+
+def test_what_a_checkpoint_monitor_keeps() -> None:
+    from msmon.compat.template import CheckpointSaving, checkpoint_saving
+
+    saving = CheckpointSaving(every_steps=50, keep=5)
+    assert [saving.newest_before(step) for step in (1, 50, 51, 150)] == [0, 0, 50, 100]
+    assert saving.oldest_kept(152) == 0 and saving.oldest_kept(302) == 150  # nothing rotated yet; then 4 + the stop's
+    assert saving.reaches_back(150) and not saving.reaches_back(151)
+    assert checkpoint_saving({"callbacks": [{"type": "CheckpointMonitor"}]}) == CheckpointSaving(1, 5)
+    assert checkpoint_saving({"callbacks": "x"}) is None

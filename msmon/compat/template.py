@@ -24,6 +24,20 @@ class CheckpointSaving:
     every_steps: int
     keep: int
 
+    def newest_before(self, step: int) -> int:
+        """The step of the newest save before ``step`` (0: none)."""
+        return max(step - 1, 0) // self.every_steps * self.every_steps
+
+    def oldest_kept(self, stopped_at: int) -> int:
+        """The step of the oldest save still kept when the training stops at ``stopped_at`` (the stop's own save
+        takes one of the ``keep`` files)."""
+        return (stopped_at // self.every_steps - self.keep + 2) * self.every_steps
+
+    def reaches_back(self, steps: int) -> bool:
+        """Whether a save at least ``steps`` before any stop is always still kept (the worst case of
+        ``newest_before(stop - steps) >= oldest_kept(stop)``)."""
+        return (self.keep - 2) * self.every_steps >= steps
+
 
 def checkpoint_saving(config: Mapping[str, Any] | None) -> CheckpointSaving | None:
     """The config's ``CheckpointMonitor`` (the first one), or None when it saves no checkpoint."""

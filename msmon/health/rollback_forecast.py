@@ -61,8 +61,7 @@ def forecast(alerts: Sequence[Alert], settings: HealthSettings, config: Mapping[
             continue
         done += 1
         skipped_until = alert.step + rollback.skip_steps
-        newest = (before - 1) // saving.every_steps * saving.every_steps
-        found.append(Forecast(alert.detector, alert.step, onset, newest, skipped_until))
+        found.append(Forecast(alert.detector, alert.step, onset, saving.newest_before(before), skipped_until))
     return found
 
 
@@ -75,9 +74,8 @@ def _refused(step: int, before: int, saving: CheckpointSaving | None, skipped_un
         return f"no rollback left ({done} of {budget})"
     if saving is None:
         return "the config saves no checkpoint"
-    newest = (before - 1) // saving.every_steps * saving.every_steps
-    oldest_kept = (step // saving.every_steps - saving.keep + 2) * saving.every_steps
-    if newest < saving.every_steps or newest < oldest_kept:
+    newest = saving.newest_before(before)
+    if newest == 0 or newest < saving.oldest_kept(step):
         return (f"no checkpoint kept before step {before} (every {saving.every_steps} steps, the last {saving.keep} "
                 "kept)")
     return None

@@ -41,8 +41,7 @@ def check_rollback(ctx: CheckContext) -> list[Finding]:
                              "the run as stop would", "allow a few rollbacks (default 3)"))
     lag = max(detection_lag(health, name, ctx.settings.log_interval) for name in rolling)
     reach = lag + health.rollback.margin_steps
-    # the stop's own save takes one of the kept files, and the newest save before the onset is up to one interval old
-    if (saving.keep - 2) * saving.every_steps < reach:
+    if not saving.reaches_back(reach):
         needed = 2 + -(-reach // saving.every_steps)
         found.append(warning(
             "MS811", where, f"the CheckpointMonitor keeps {saving.keep} checkpoints {saving.every_steps} steps apart; "
