@@ -59,6 +59,13 @@ class Rollback:
     def skipped_steps(self) -> int:
         return self.skip_to - self.skip_from
 
+    def describe(self) -> str:
+        """``loss_spike from step 150 (alert at 152) -> back to step 100, the data of 82 steps skipped (batches
+        101-182)``."""
+        return (f"{self.detector} from step {self.onset_step} (alert at {self.alert_step}) -> back to step "
+                f"{self.checkpoint_step}, the data of {self.skipped_steps} steps skipped (batches {self.skip_from + 1}-"
+                f"{self.skip_to})")
+
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "detector": self.detector, "onset_step": self.onset_step,
                 "alert_step": self.alert_step, "checkpoint_step": self.checkpoint_step,

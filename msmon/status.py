@@ -62,7 +62,10 @@ def rank_exit_code(status: RunStatus) -> ExitCode:
 
 @dataclass(frozen=True)
 class Attempt:
-    """Attempt ``number`` (1 = the first) of a run; ``resumed_from_step`` None when it trains from the start."""
+    """Attempt ``number`` (1 = the first) of a run; ``resumed_from_step`` None when it trains from the start;
+    ``rolled_back``: it follows a rollback (a backend that cannot drop the values logged after the resume step
+    starts a history of its own, so it shows the curve that survived)."""
 
     number: int
     resumed_from_step: int | None = None
+    rolled_back: bool = False

@@ -340,6 +340,43 @@ def test_every_attempt_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch
     assert json.loads((tmp_path / layout.MLFLOW_RUN).read_text())["run_id"] == first
 
 
+def test_after_a_rollback_mlflow_shows_the_curve_that_survived(tmp_path: Path) -> None:
+    """MLflow cannot drop logged values: the attempt after a rollback writes a new MLflow run holding the records
+    kept up to the checkpoint's step and its own, linked both ways to the run it supersedes."""
+    from engine_support import settings
+    from mlflow import MlflowClient
+
+    from msmon.config.schema import MlflowOptions
+    from msmon.engine.backends.mlflow import MlflowBackend
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = settings(tmp_path, monitor_type=["mlflow"], mlflow=MlflowOptions(tracking_uri=uri))
+
+    def attempt(number: Attempt | None, steps: range, loss: float) -> str | None:
+        backend = MlflowBackend(tmp_path, options, {"seed": 0})
+        backend.attempt = number
+        backend.prepare()
+        backend.open()
+        records = [{"step": s, "time": 1000.0 + s, "loss": loss} for s in steps]
+        backend.write(records)
+        backend.facts.add(records)
+        backend.close(RunStatus.COMPLETED if number else RunStatus.STOPPED_BY_MONITOR)
+        return backend.run_id
+
+    first = attempt(None, range(10, 60, 10), 1.0)  # the spike: steps 40 and 50 rolled back
+    kept = [{"step": s, "time": 1000.0 + s, "loss": 1.0} for s in range(10, 40, 10)]
+    (tmp_path / layout.METRICS).write_text("".join(json.dumps(r) + "\n" for r in kept))
+    second = attempt(Attempt(2, 30, rolled_back=True), range(40, 70, 10), 0.5)
+    assert first is not None and second is not None and second != first
+    client = MlflowClient(tracking_uri=uri)
+    history = [(m.step, m.value) for m in client.get_metric_history(second, "loss")]
+    assert sorted(history) == [(10, 1.0), (20, 1.0), (30, 1.0), (40, 0.5), (50, 0.5), (60, 0.5)]
+    assert client.get_run(second).data.tags["msmon.continues"] == first
+    assert client.get_run(first).data.tags["msmon.superseded_by"] == second
+    assert json.loads((tmp_path / layout.MLFLOW_RUN).read_text())["run_id"] == second
+    assert client.get_run(second).data.tags["msmon.attempt"] == "2"
+
+
 @pytest.mark.training
 @pytest.mark.board
 def test_mindinsight_shows_a_resumed_run_as_one_curve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

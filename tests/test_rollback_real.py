@@ -12,69 +12,39 @@ from typing import Any
 
 import pytest
 from conftest import run_msmon
-from helpers_training import QUICKSTARTS, write_quickstart_config
+from helpers_rollback import BATCH, CHECKPOINT_STEPS, STEPS, WINDOW, corrupt_dataset, rollback_config, run_dir
 from launch import Launched, records
 
 pytestmark = pytest.mark.training
 
-STEPS = 300
-BATCH = 8  # the quickstart's 2 learns too noisily for a final loss to compare (one step's loss varies by half)
-WINDOW = (150, 170)  # the corrupt steps
-CHECKPOINT_STEPS = 50
 FINAL_LOGS = 30  # the final loss: the mean of this many last logged steps
 
 
-def corrupt_dataset(directory: Path, model: str, window: tuple[int, int] | None, kind: str = "random") -> Path:
-    """The quickstart's dataset (``STEPS`` batches of ``BATCH``) with the samples of the steps in ``window`` corrupt:
-    ``random`` tokens (the loss jumps to about log(vocab)), or ``nan_mask`` (the mcore loss mask NaN: the loss is
-    NaN)."""
-    import dataclasses
-
-    import numpy as np
-    from mindspore.mindrecord import FileWriter
-
-    from msmon.config.datasets import spec_of
-    from msmon.runner.quickstart import columns, sequences
-
-    spec = dataclasses.replace(spec_of("quickstart" if model == "legacy" else "quickstart_qwen3"),
-                               samples=STEPS * BATCH)
-    rows = sequences(spec)
-    rng = np.random.default_rng(7)
-    bad = range(BATCH * (window[0] - 1), BATCH * window[1]) if window else range(0)
-    if kind == "random":
-        for index in bad:
-            rows[index] = rng.integers(0, spec.vocab_size, size=rows.shape[1])
-    samples = [columns(spec, row) for row in rows]
-    if kind == "nan_mask":
-        for index in bad:
-            samples[index]["loss_mask"] = np.full(spec.seq_length, np.nan, np.float32)
-    path = directory / f"{model}-{kind}-{window}.mindrecord"
-    writer = FileWriter(str(path), shard_num=1, overwrite=True)
-    writer.add_schema({key: {"type": str(value.dtype), "shape": [-1]} for key, value in samples[0].items()}, "corrupt")
-    writer.write_raw_data(samples)
-    writer.commit()
-    return path
-
-
 def train(tmp_path: Path, name: str, model: str, data: Path, *, health: dict[str, Any],
-          checkpoint_steps: int = CHECKPOINT_STEPS) -> tuple[int, Path, str]:
-    """``msmon run`` of the quickstart on ``data`` (batch 8, shuffle off, a checkpoint every 50 steps, every step
-    logged): the exit code, the run directory and the terminal output."""
+          checkpoint_steps: int = CHECKPOINT_STEPS, **monitor: Any) -> tuple[int, Path, str]:
+    """``msmon run`` of ``rollback_config``: the exit code, the run directory and the terminal output."""
     directory = tmp_path / name
     directory.mkdir()
-    batch = dict.fromkeys(("runner_config.batch_size", "train_dataset.batch_size"), BATCH)
-    if model == "legacy":
-        batch["model.model_config.batch_size"] = BATCH
-    config = write_quickstart_config(
-        directory, source=QUICKSTARTS[model], log_interval=1, monitor_type=["file"],
-        track_metrics=["loss", "grad_norm"], health=health,
-        overrides={"train_dataset.data_loader.dataset_dir": str(data), "train_dataset.data_loader.shuffle": False,
-                   "train_dataset.data_loader.num_samples": STEPS * BATCH, **batch,
-                   "callbacks.1.save_checkpoint_steps": checkpoint_steps, "callbacks.1.keep_checkpoint_max": 5})
+    config = rollback_config(directory, model, data, health=health, checkpoint_steps=checkpoint_steps, **monitor)
     run = Launched.start(directory, "run", str(config), "--plain")
-    code = run.finish()
-    project = "quickstart" if model == "legacy" else "quickstart_qwen3"
-    return code, directory / "monitor_logs" / project / "test_run", run.output
+    return run.finish(), run_dir(directory, model), run.output
+
+
+def boards_show(run_dir: Path, mlflow_db: Path) -> list[list[tuple[int, float]]]:
+    """The loss curve (step, value) TensorBoard's and MLflow's own readers give for the run (MLflow: the run no
+    other superseded)."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run_dir))
+    accumulator.Reload()
+    tensorboard = sorted((e.step, e.value) for e in accumulator.Scalars("loss"))
+    client = MlflowClient(tracking_uri=f"sqlite:///{mlflow_db}")
+    runs = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
+    (current,) = [run for run in runs if "msmon.superseded_by" not in run.data.tags]
+    assert len(runs) == 2 and current.data.tags["msmon.continues"] in {run.info.run_id for run in runs}
+    mlflow = sorted((m.step, m.value) for m in client.get_metric_history(current.info.run_id, "loss"))
+    return [tensorboard, mlflow]
 
 
 def final_loss(rows: list[dict[str, Any]], last_step: int) -> float:
@@ -92,7 +62,10 @@ def test_a_loss_spike_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path, m
     and a final loss within 20% of a clean run's at the same step. ``action: alert`` on the same data shows the
     spike in its curve, and `msmon replay` of that run with the rollback config says where the rollback went."""
     spike = {"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}}
-    code, run_dir, output = train(tmp_path, "rollback", model, corrupt_dataset(tmp_path, model, WINDOW), health=spike)
+    boards = {"monitor_type": ["file", "tensorboard", "mlflow"],
+              "mlflow": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}} if model == "legacy" else {}
+    code, run_dir, output = train(tmp_path, "rollback", model, corrupt_dataset(tmp_path, model, WINDOW), health=spike,
+                                  **boards)
     assert code == 0, output[-3000:]
     (made,) = info(run_dir)["rollbacks"]
     assert made["detector"] == "loss_spike" and made["checkpoint_step"] == 100
@@ -107,10 +80,17 @@ def test_a_loss_spike_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path, m
     peak = max(r["loss"] for r in superseded)
     assert min(r["step"] for r in superseded) == 101 and peak > 5.0  # the spike, kept aside
     assert max(r["loss"] for r in rows if r["step"] > 100) < 0.7 * peak
+    if boards:  # TensorBoard and MLflow show the same curve: each step once, the rolled-back values gone
+        for shown in boards_show(run_dir, tmp_path / "mlflow.db"):
+            assert [step for step, _ in shown] == steps
+            assert [value for _, value in shown] == pytest.approx([r["loss"] for r in rows], rel=1e-6)
     attempts = info(run_dir)["attempts"]
     assert [(a["reason"], a["status"], a["resumed_from_step"]) for a in attempts] == \
         [("start", "stopped_by_monitor", None), ("rollback", "completed", 100)]
     assert "rollback: loss_spike from step" in output and "rollbacks: 1" in output
+    report = run_msmon("report", str(run_dir))
+    assert report.code == 0, report.stderr
+    assert '"label":"rollback: loss_spike from step' in (run_dir / "report.html").read_text(encoding="utf-8")
 
     clean_code, clean_dir, clean_output = train(tmp_path, "clean", model, corrupt_dataset(tmp_path, model, None),
                                                 health={})
@@ -187,52 +167,27 @@ def test_ctrl_c_during_a_rollback_ends_the_run_interrupted_with_nothing_left(tmp
 
     directory = tmp_path / "interrupted"
     directory.mkdir()
-    data = corrupt_dataset(tmp_path, "legacy", WINDOW)
-    config = write_quickstart_config(
-        directory, log_interval=1, monitor_type=["file"], track_metrics=["loss", "grad_norm"],
-        health={"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}},
-        overrides={"train_dataset.data_loader.dataset_dir": str(data), "train_dataset.data_loader.shuffle": False,
-                   "train_dataset.data_loader.num_samples": STEPS * BATCH, "runner_config.batch_size": BATCH,
-                   "train_dataset.batch_size": BATCH, "model.model_config.batch_size": BATCH,
-                   "callbacks.1.save_checkpoint_steps": CHECKPOINT_STEPS, "callbacks.1.keep_checkpoint_max": 5})
+    config = rollback_config(directory, "legacy", corrupt_dataset(tmp_path, "legacy", WINDOW),
+                             health={"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}})
     run = Launched.start(directory, "run", str(config), "--plain")
-    run_dir = directory / "monitor_logs" / "quickstart" / "test_run"
-    alerts = run_dir / "alerts.jsonl"
+    interrupted = run_dir(directory, "legacy")
+    alerts = interrupted / "alerts.jsonl"
     run.wait_for(lambda: alerts.is_file() and '"detector": "rollback"' in alerts.read_text(encoding="utf-8"))
     run.proc.send_signal(signal.SIGINT)
     assert run.finish() == 130, run.output[-3000:]
-    recorded = info(run_dir)
+    recorded = info(interrupted)
     assert recorded["status"] == "interrupted" and len(recorded["rollbacks"]) == 1
-    assert processes_of(run_dir) == []
+    assert processes_of(interrupted) == []
 
 
 def test_two_ranks_roll_back_to_the_same_step_and_skip_the_same_data(tmp_path: Path) -> None:
     """msrun, two data-parallel ranks, each reading its own shard of a dataset whose batches of steps 150-170 are
     corrupt on both ranks: the writing rank's loss spike rolls both ranks back to step 100, mindformers on each
     rank says it skipped the same data, and the run completes (exit 0)."""
-    import dataclasses
-
-    import numpy as np
     from helpers_ranks import RankRun
-    from mindspore.mindrecord import FileWriter
-
-    from msmon.config.datasets import spec_of
-    from msmon.runner.quickstart import columns, sequences
 
     steps, per_rank = 240, 2
-    spec = dataclasses.replace(spec_of("quickstart"), samples=2 * steps * per_rank)
-    rows = sequences(spec)
-    rng = np.random.default_rng(7)
-    # rank r reads samples r, r + 2, r + 4, ... (MindRecord's shard sampler, shuffle off; measured: a corrupt block
-    # in each contiguous half spiked at steps 75 and 195): the samples of both ranks' steps 150-170 are one block
-    for index in range(2 * per_rank * (WINDOW[0] - 1), 2 * per_rank * WINDOW[1]):
-        rows[index] = rng.integers(0, spec.vocab_size, size=rows.shape[1])
-    data = tmp_path / "two-ranks.mindrecord"
-    writer = FileWriter(str(data), shard_num=1, overwrite=True)
-    samples = [columns(spec, row) for row in rows]
-    writer.add_schema({key: {"type": str(value.dtype), "shape": [-1]} for key, value in samples[0].items()}, "corrupt")
-    writer.write_raw_data(samples)
-    writer.commit()
+    data = corrupt_dataset(tmp_path, "legacy", WINDOW, steps=steps, samples_per_step=2 * per_rank)
     checkpoints = {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": CHECKPOINT_STEPS,
                    "keep_checkpoint_max": 5, "integrated_save": False, "async_save": False}
     run = RankRun.start(tmp_path, steps=steps, log_interval=1, callbacks=[checkpoints],

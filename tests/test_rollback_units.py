@@ -176,3 +176,30 @@ def test_what_a_checkpoint_monitor_keeps() -> None:
     assert saving.reaches_back(150) and not saving.reaches_back(151)
     assert checkpoint_saving({"callbacks": [{"type": "CheckpointMonitor"}]}) == CheckpointSaving(1, 5)
     assert checkpoint_saving({"callbacks": "x"}) is None
+
+
+def test_the_ending_report_and_pngs_show_a_rollback(tmp_path: Path) -> None:
+    """The stretch trained again after the rollback is marked on the report's plots (and PNGs) with what was
+    skipped; the ending and the report's summary count it."""
+    import json
+
+    from msmon.view.ending import summary_lines
+    from msmon.view.png import write_pngs
+    from msmon.view.report import build_report
+    from msmon.view.series import load_run
+
+    one = Rollback(2, "loss_spike", 150, 152, 100, "/c/rank_0/x.ckpt", 100, 182, 164, 1.5, 8.5)
+    (tmp_path / "run.json").write_text(json.dumps({
+        "status": "completed", "last_step": 218, "total_steps": 300, "rollbacks": [one.to_json()],
+        "start_time": "2026-12-03T10:00:00+00:00", "end_time": "2026-12-03T10:01:00+00:00"}))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "time": float(s), "loss": 1.0 / s}) + "\n"
+                                                    for s in range(1, 219)))
+    run = load_run(tmp_path)
+    lines = summary_lines(run)
+    assert lines[0].startswith("  218 of 300 steps (82 skipped by rollbacks) in 1m")
+    assert "    loss_spike from step 150 (alert at 152) -> back to step 100, the data of 82 steps skipped (batches " \
+           "101-182), 164 samples, 8.5s lost" in lines
+    page = build_report(run)
+    assert '"rollbacks":[{"step":100,"until":152,"label":"rollback: loss_spike from step 150 (alert at 152)' in page
+    assert "1 rollback (the data of 82 steps skipped)" in page
+    assert [p.name for p in write_pngs([run], tmp_path / "png")][:1] == ["loss.png"]

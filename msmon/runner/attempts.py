@@ -129,7 +129,7 @@ class AttemptLoop:
         resuming = resume_overrides(point, self.run_dir, self.plan.training, position) if point is not None else []
         rundir.write_mindformers_yaml(self.run_dir, self.plan.loaded, resuming)
         # a restart without a checkpoint trains from step 0 again: the backends still continue from there
-        attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0)
+        attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0, reason == ROLLBACK)
         self.training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
         self.started = time.time()
 

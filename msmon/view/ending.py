@@ -139,8 +139,7 @@ def rollback_lines(run: RunData) -> list[str]:
     for one in made:
         samples = f", {one.skipped_samples} samples" if one.skipped_samples is not None else ""
         lost = f", {format_duration(one.time_lost_s, fine=True)} lost" if one.time_lost_s is not None else ""
-        lines.append(f"    {one.detector} from step {one.onset_step} (alert at {one.alert_step}) -> back to step "
-                     f"{one.checkpoint_step}, data of {one.skipped_steps} steps skipped{samples}{lost}")
+        lines.append(f"    {one.describe()}{samples}{lost}")
     return lines
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.anomaly import rollbacks_of
 from msmon.config.hyperparameters import RunResults
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
@@ -68,6 +69,13 @@ def alert_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def rollback_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's rollbacks as the plotting script draws them: the stretch from the checkpoint's step to the alert,
+    trained again on other data, with its label."""
+    return [{"step": r.checkpoint_step, "until": r.alert_step, "label": f"rollback: {r.describe()}"}
+            for r in rollbacks_of(info)]
+
+
 def alert_table_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The alerts of a run as table rows (number, step, time, detector, severity, message, values, action, context
     file). The groups' details are in the message."""
@@ -94,6 +102,10 @@ def summary_line(run: RunData) -> str:
         parts.append(f"final loss {fmt_number(final, 5)}")
     if best is not None:
         parts.append(f"best loss {fmt_number(best, 5)} at step {best_step}")
+    made = rollbacks_of(run.info)
+    if made:
+        skipped = sum(r.skipped_steps for r in made)
+        parts.append(f"{len(made)} rollback{'s' if len(made) > 1 else ''} (the data of {skipped} steps skipped)")
     return ", ".join(parts)
 
 
@@ -113,7 +125,8 @@ def build_report(run: RunData, max_points: int = MAX_POINTS) -> str:
     note = (f"{total} logged steps drawn as at most {drawn} points per plot "
             "(first, min, max and last of each bucket kept, so spikes stay visible)." if drawn < total else "")
     groups = heatmap(run)
-    data = {"panels": panels, "alerts": alert_rows(run.alerts), "heatmap": groups}
+    data = {"panels": panels, "alerts": alert_rows(run.alerts), "rollbacks": rollback_rows(run.info),
+            "heatmap": groups}
     return render(
         "report.html.j2", f"msmon report: {run.name}", data, panels, alert_markers=True, plot_note=note, run=run,
         groups=groups["groups"] if groups else [],

@@ -11,7 +11,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.engine.backends.base import Backend, metric_items
-from msmon.engine.backends.runfacts import run_identity
+from msmon.engine.backends.runfacts import kept_records, run_identity
 from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
 from msmon.util.jsonfiles import read_json_object
@@ -83,7 +83,11 @@ class MlflowBackend(Backend):
         if self._client is None:
             self._client = MlflowClient(tracking_uri=options.tracking_uri)
         if self._run_id is None:
-            self._run_id = self._continued_run() or self._new_run()
+            earlier = self._kept_run_id()
+            if earlier is not None and self.attempt is not None and self.attempt.rolled_back:
+                self._run_id = self._rolled_back_run(earlier)
+            else:
+                self._run_id = (self._continued_run(earlier) if earlier is not None else None) or self._new_run()
         if not self._params_logged:
             self._log_params()
             self._params_logged = True
@@ -111,10 +115,8 @@ class MlflowBackend(Backend):
                 raise
             return str(self._client.get_experiment_by_name(name).experiment_id)
 
-    def _continued_run(self) -> str | None:
-        """A later attempt of the run (a resume, a restart) continues the MLflow run of the first one: the id in
-        ``mlflow_run.json`` when it names a run of the same tracking server; the run is RUNNING again and tagged
-        with the attempt."""
+    def _kept_run_id(self) -> str | None:
+        """The MLflow run an earlier attempt wrote to (``mlflow_run.json``), when it is on the same tracking server."""
         try:
             kept = read_json_object(self.run_dir / layout.MLFLOW_RUN)
         except (OSError, ValueError):
@@ -122,6 +124,30 @@ class MlflowBackend(Backend):
         run_id = kept.get("run_id")
         if not isinstance(run_id, str) or kept.get("tracking_uri") != self.settings.mlflow.tracking_uri:
             return None
+        return run_id
+
+    def _rolled_back_run(self, earlier: str) -> str:
+        """After a rollback: MLflow cannot drop the values the earlier attempts logged after the checkpoint's step,
+        so the run goes on in a new MLflow run holding the surviving curve (the records kept up to that step, logged
+        again, then this attempt's), tagged ``msmon.continues`` with the earlier run, which is tagged
+        ``msmon.superseded_by`` with it."""
+        from mlflow.exceptions import MlflowException
+
+        run_id = self._new_run()
+        self._tag_attempt(run_id)
+        self._client.set_tag(run_id, "msmon.continues", earlier)
+        try:
+            self._client.set_tag(earlier, "msmon.superseded_by", run_id)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise  # deleted on the server: nothing to mark
+        self._run_id = run_id
+        self.write(kept_records(self.run_dir, self.attempt))
+        return run_id
+
+    def _continued_run(self, run_id: str) -> str | None:
+        """A later attempt of the run (a resume, a restart) continues the MLflow run of the first one (``run_id``,
+        from ``mlflow_run.json``); the run is RUNNING again and tagged with the attempt."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -131,12 +157,15 @@ class MlflowBackend(Backend):
                 raise
             return None  # deleted on the server: a new run
         self._client.set_tag(run_id, "msmon.status", RunStatus.RUNNING.value)
+        self._tag_attempt(run_id)
+        self._continued = True
+        return run_id
+
+    def _tag_attempt(self, run_id: str) -> None:
         attempt = self.attempt
         if attempt is not None:
             self._client.set_tag(run_id, "msmon.attempt", str(attempt.number))
             self._client.set_tag(run_id, "msmon.resumed_from_step", str(attempt.resumed_from_step))
-        self._continued = True
-        return run_id
 
     @property
     def run_id(self) -> str | None:

@@ -1,13 +1,15 @@
 // msmon plots: stacked canvas panels sharing one step axis (no dependencies, no network).
 // Data: the JSON text of the element #msmon-data: {"panels": [...], "alerts": [...]}
 // panel = {metric, label, series: [{name, color, x: [...], y: [...], nonfinite: [[step, kind]], total}]}
-// alert = {n, step, severity, detector, message}
+// alert = {n, step, severity, detector, message}; rollback = {step, until, label} (the report only)
 "use strict";
 (function () {
   const DATA = JSON.parse(document.getElementById("msmon-data").textContent);
   const M = { left: 74, right: 18, top: 24, bottom: 26 };
   const HEIGHT = 190;
-  const COLORS = { warning: "#d97706", critical: "#dc2626", nonfinite: "#b91c1c", grid: "#e5e7eb", axis: "#6b7280" };
+  const COLORS = { warning: "#d97706", critical: "#dc2626", nonfinite: "#b91c1c", grid: "#e5e7eb", axis: "#6b7280",
+                   rollback: "#7c3aed" };
+  const ROLLBACKS = DATA.rollbacks || [];
   const root = document.getElementById("msmon-plots");
   const more = document.getElementById("msmon-plots-more");
   const tip = document.getElementById("msmon-tip");
@@ -195,6 +197,17 @@
         g.textBaseline = top ? "top" : "bottom";
         g.fillText(m[1] === "nan" ? "NaN" : m[1] === "inf" ? "+Inf" : "-Inf", xx + 6, top ? yy : yy);
       }
+    }
+    for (const r of ROLLBACKS) {  // the stretch trained again after a rollback, on data past the skipped batches
+      if (r.until < view[0] || r.step > view[1]) continue;
+      const x0 = X(Math.max(r.step, view[0])), x1 = X(Math.min(r.until, view[1]));
+      g.fillStyle = "rgba(124,58,237,0.10)";
+      g.fillRect(x0, M.top, Math.max(x1 - x0, 2), ph);
+      g.fillStyle = COLORS.rollback;
+      g.font = "10px system-ui, sans-serif";
+      g.textAlign = "left";
+      g.textBaseline = "top";
+      g.fillText("\u21ba " + r.label, x0 + 3, M.top + 2);
     }
     for (const a of DATA.alerts) {
       if (a.step === null || a.step === undefined || a.step < view[0] || a.step > view[1]) continue;
