@@ -15,9 +15,12 @@ Two measurements, printed side by side:
           median of the runs' median step times / the same for the baseline. On a shared machine
           separate runs differ by far more than 1% (the baseline runs are printed): the verdict
           uses the gated ratio. Each run also gives its process's CPU time per step (every thread,
-          from the warm-up's end to the last step): the "process CPU" line pairs each run with the
-          baseline run of its round (target <= 1.02); CPU time hardly depends on the machine's noise. A second
-          baseline run per round, paired the same way ("control"), shows what two identical processes differ by.
+          from the warm-up's end to the last step). Each round runs a baseline before the scenarios and a second
+          one after them ("control"); the "process CPU" line pairs each run with the mean of the two (a machine
+          that drifts over the round cancels out, as in the gated blocks; target <= 1.02) and prints beside it the
+          ratio to the baseline before it alone; the control line (after / before) shows what two identical
+          processes differ by. The "by thread" line splits the CPU per step by thread name (/proc: MindSpore's
+          ActorThread / KernelThread, and "python": the training thread and msmon's).
 Scenarios and targets:
   core      5 core metrics, file + mindinsight, log_interval 10 (the defaults: flight recorder on,
             layer_grad_norm off)                                       target <= 1.01
@@ -27,6 +30,7 @@ Scenarios and targets:
             (one row per rank)                                        target <= 1.01 on every rank
   all       every backend (file, mindinsight, tensorboard, mlflow server), log_interval 1   <= 1.03
   blocking  file + a backend blocking 2 s per write, log_interval 1   <= 1.02, bounded memory
+  idle      core's session and backends without the callback: what msmon's threads alone cost (runs only)
 The callback's own cost (microseconds per call) is timed on non-logging and logging steps, and at step begin
 (one monotonic read: the heartbeat's "step begun"). Every rank's heartbeat thread rewrites heartbeats/rank_N.json
 once a second in the on and the off blocks alike: one write's cost is timed and printed as a share of a second.
@@ -64,6 +68,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "ranks2": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01, "ranks": 2},
     "all": {"monitor_type": ["file", "mindinsight", "tensorboard", "mlflow"], "log_interval": 1, "target": 1.03},
     "blocking": {"monitor_type": ["file", "blocking"], "log_interval": 1, "target": 1.02, "queue_size": 100},
+    "idle": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01, "callback": False},
 }
 
 
@@ -100,7 +105,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     session = None
     if scenario != "none":
         session = MonitorSession(settings, settings.run_dir(), config=training, rank=rank, world_size=world).start()
-    inner = session.callback() if session is not None else None
+    inner = session.callback() if session is not None and spec.get("callback", True) else None
     interval = spec["log_interval"]
     block = max(block, interval)  # every "on" block starts with a logging step
     process = psutil.Process()
@@ -122,6 +127,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.model: Any = None
             self.graphs: set[tuple[bool, int]] = set()  # (local_norm cell ran, outputs returned)
             self.cpu: dict[int, float] = {}  # step -> the process's CPU seconds (every thread) at its end
+            self.tasks: dict[int, dict[str, float]] = {}  # at the warm-up's end and the last step: task_cpu()
 
         def on_train_begin(self, run_context: Any) -> None:
             self.threads_at_begin = msmon_thread_cpu()
@@ -156,6 +162,8 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 self.rss.append(process.memory_info().rss / 2**20)
             if step >= 2 * block:
                 self.cpu[step] = time.process_time()
+            if step == 2 * block or step == steps:
+                self.tasks[step] = task_cpu()
             self.last = now  # the next interval holds this step's msmon call: its own time counts too
 
     gate = Gate()
@@ -189,6 +197,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         "threads_cpu_s": threads, "steps_on": len(gate.cost_plain) + len(gate.cost_log), "logged": len(gate.cost_log),
         "callback_cpu_s": sum(gate.cost_plain) + sum(gate.cost_log) + sum(gate.cost_begin),
         "process_cpu_ms": process_cpu_per_step(gate.cpu),
+        "tasks_cpu_ms": tasks_per_step(gate.tasks),
     }
 
 
@@ -199,6 +208,32 @@ def process_cpu_per_step(cpu: dict[int, float]) -> float | None:
         return None
     first, last = min(cpu), max(cpu)
     return (cpu[last] - cpu[first]) / (last - first) * 1e3
+
+
+def task_cpu() -> dict[str, float]:
+    """CPU seconds of every thread of this process (MindSpore's native ones too, from /proc), summed by thread name
+    with its digits dropped (``RuntimeN``)."""
+    import re
+
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for stat in Path("/proc/self/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = re.sub(r"\d+", "N", text[text.index("(") + 1 : text.rindex(")")])
+        fields = text[text.rindex(")") + 2 :].split()
+        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return found
+
+
+def tasks_per_step(tasks: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Each thread name's CPU milliseconds per step between the two ``task_cpu`` samples."""
+    if len(tasks) < 2:
+        return {}
+    (first, begin), (last, end) = sorted(tasks.items())
+    return {name: (cpu - begin.get(name, 0.0)) / (last - first) * 1e3 for name, cpu in end.items()}
 
 
 def block_ratios(medians: dict[int, float]) -> list[float]:
@@ -305,6 +340,8 @@ def main() -> int:
         try:
             for round_ in range(args.rounds):
                 for scenario in args.only:
+                    if not SCENARIOS[scenario].get("callback", True):
+                        continue  # nothing to gate
                     workdir = Path(tmp) / f"gated_{scenario}_{round_}"
                     gated[scenario].extend(run_child(args, scenario, True, workdir, url))
                 for scenario in runs:
@@ -326,22 +363,46 @@ def main() -> int:
             print(row(scenario, [g for g in gated[scenario] if g["rank"] == rank], runs.get(scenario), base))
     for scenario in args.only:
         if runs.get(scenario):
-            print(cpu_line(scenario, runs[scenario]))
-            print(process_cpu_line(scenario, runs[scenario], runs["none"]))
+            if SCENARIOS[scenario].get("callback", True):
+                print(cpu_line(scenario, runs[scenario]))
+            print(process_cpu_line(scenario, runs[scenario], runs["none"], control))
+            print(task_line(scenario, runs[scenario], runs["none"]))
             print(rss_line(scenario, runs[scenario], runs["none"]))
-    print(process_cpu_line("control", control, runs["none"]).replace("on / off", "no msmon in either run"))
+    print(process_cpu_line("control", control, runs["none"]).replace("on / off", "after / before, no msmon in either"))
     return 0
 
 
-def process_cpu_line(scenario: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> str:
-    """Whole processes alternated: each run's CPU per step (every thread) over the baseline run of its round."""
-    pairs = [on["process_cpu_ms"] / off["process_cpu_ms"] for on, off in zip(runs, baseline, strict=True)]
+def process_cpu_line(scenario: str, runs: list[dict[str, Any]], before: list[dict[str, Any]],
+                     after: list[dict[str, Any]] | None = None) -> str:
+    """Whole processes alternated: each run's CPU per step (every thread) over the round's baseline runs (the mean of
+    the one before and the one after it when given; the one before alone beside it)."""
+    def cpu(run: dict[str, Any]) -> float:
+        return float(run["process_cpu_ms"])
+
+    alone = [cpu(on) / cpu(off) for on, off in zip(runs, before, strict=True)]
+    pairs = [cpu(on) / ((cpu(off) + cpu(next_)) / 2) for on, off, next_ in zip(runs, before, after, strict=True)] \
+        if after is not None else alone
     ratio = statistics.median(pairs)
     verdict = "ok" if ratio <= PROCESS_CPU_TARGET else "MISSED"
-    each = " ".join(f"{p:.3f}" for p in pairs)
-    base = statistics.median(r["process_cpu_ms"] for r in baseline)
-    return (f"{scenario} process CPU per step, on / off, {len(pairs)} pairs: {ratio:.3f} (pairs {each}; baseline "
-            f"{base:.1f} ms per step), target <={PROCESS_CPU_TARGET}: {verdict}")
+    base = statistics.median(cpu(r) for r in before)
+    against = "the mean of the baselines before and after" if after is not None else "the baseline before"
+    beside = f"; against the one before alone {statistics.median(alone):.3f}" if after is not None else ""
+    return (f"{scenario} process CPU per step, on / off, {len(pairs)} pairs against {against}: {ratio:.3f} (pairs "
+            f"{' '.join(f'{p:.3f}' for p in pairs)}{beside}; baseline {base:.1f} ms per step), "
+            f"target <={PROCESS_CPU_TARGET}: {verdict}")
+
+
+def task_line(scenario: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> str:
+    """Where the process CPU goes: each thread name's CPU per step, on and off (medians over the rounds), the
+    largest differences first."""
+    names = {name for r in [*runs, *baseline] for name in r["tasks_cpu_ms"]}
+
+    def median_of(group: list[dict[str, Any]], name: str) -> float:
+        return statistics.median(r["tasks_cpu_ms"].get(name, 0.0) for r in group)
+
+    rows = sorted(((median_of(runs, n), median_of(baseline, n), n) for n in names), key=lambda t: -abs(t[0] - t[1]))
+    each = ", ".join(f"{name} {on:.2f}/{off:.2f}" for on, off, name in rows if max(on, off) >= 0.01)
+    return f"{scenario} CPU ms per step by thread, on/off (medians): {each}"
 
 
 def rss_line(scenario: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> str:
