@@ -170,3 +170,19 @@ def test_finetune_from_a_checkpoint_with_run_mindformers_flags_starts_at_its_los
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and abs(first["loss"] - end) < abs(first["loss"] - start) and first["loss"] < 5.0, (
         first["loss"], start, end)
+
+
+def test_an_override_reaches_into_a_list_by_index() -> None:
+    """`msmon run quickstart callbacks.1.save_checkpoint_steps=50`, as a new user would write it, changes the
+    CheckpointMonitor entry (was: "Cannot merge incompatible container types"); an index past the list is one line."""
+    from msmon.errors import ExitCode
+
+    resolved = load_config("quickstart", ["callbacks.1.save_checkpoint_steps=50",
+                                          "callbacks[1].keep_checkpoint_max=4"]).resolved()
+    saving = resolved["callbacks"][1]
+    assert (saving["type"], saving["save_checkpoint_steps"], saving["keep_checkpoint_max"]) == \
+        ("CheckpointMonitor", 50, 4)
+    assert resolved["callbacks"][0] == {"type": "MFLossMonitor"}
+    with pytest.raises(MsmonError) as caught:
+        load_config("quickstart", ["callbacks.9.save_checkpoint_steps=50"])
+    assert caught.value.exit_code == ExitCode.USAGE and "callbacks.9.save_checkpoint_steps" in str(caught.value)

@@ -185,17 +185,21 @@ def override_value(value: Any) -> str:
 
 
 def apply_overrides(conf: DictConfig, overrides: list[str], where: str) -> set[str]:
-    """Apply ``key=value`` dotlist overrides in place; return the dotted keys they set."""
+    """Apply ``key=value`` dotlist overrides in place (a value parsed as YAML, as OmegaConf's dotlist does; a key may
+    go through a list by index: ``callbacks.1.save_checkpoint_steps=50`` or ``callbacks[1]...``); return the dotted
+    keys they set."""
     keys: set[str] = set()
     for item in overrides:
-        key, sep, _ = item.partition("=")
+        key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise MsmonError(
                 f"override '{item}' is not KEY=VALUE", "write e.g. monitor_config.log_interval=20", ExitCode.USAGE
             )
         try:
+            parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"_={raw}"]), resolve=False)
+            value = parsed["_"] if isinstance(parsed, dict) else None
             OmegaConf.set_struct(conf, False)
-            conf.merge_with(OmegaConf.from_dotlist([item]))
+            OmegaConf.update(conf, key.strip(), value, merge=True, force_add=True)
         except (OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:  # malformed: a usage error, as a
             raise MsmonError(f"{where}: override '{item}': {first_line(exc)}",  # missing '=' is
                              "check the key and value", ExitCode.USAGE) from exc
