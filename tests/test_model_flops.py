@@ -77,6 +77,27 @@ def test_tflops_use_the_logging_steps_own_time_and_mfu_the_peak() -> None:
     assert peak_tflops("ascend 910") == 256.0 and peak_tflops("CPU") is None and peak_tflops(None) is None
 
 
+def test_the_peak_follows_the_device_and_the_runs_compute_dtype() -> None:
+    """Huawei's figures by chip or tier: BF16 for a bfloat16 run, FP16 otherwise; the Ascend 910 has FP16 only; an
+    unlisted chip (the 910B1, an A3 chip name) has no peak, so no MFU."""
+    assert peak_tflops("Ascend910B3", "bfloat16") == 294.9 and peak_tflops("Ascend910B3", "float16") == 313.0
+    assert peak_tflops("Ascend910B2", None) == 376.0 and peak_tflops("ascend910b4", "bfloat16") == 245.8
+    assert peak_tflops("A3-752T", "bfloat16") == 353.9 and peak_tflops("a3-560t", "float16") == 280.0
+    assert peak_tflops("Ascend910", "bfloat16") == 256.0
+    assert peak_tflops("Ascend910B1", "bfloat16") is None and peak_tflops("Ascend910_9391") is None
+
+    class Element:
+        shape, dtype = (2, 65), "Int32"
+
+    for dtype, peak in (("bfloat16", 294.9), ("float16", 313.0)):
+        config = quickstart_model("legacy")
+        config["model"]["model_config"]["compute_dtype"] = dtype
+        record: dict = {}
+        Throughput(config, 64, 1, device="Ascend910B3").add(
+            record, {"train_dataset_element": [Element()], "list_callback": []}, 0.05, 0.02)
+        assert record["mfu"] == pytest.approx(record["tflops_per_device"] / peak)
+
+
 @pytest.mark.parametrize("name", ["completed_legacy", "completed_mcore"])
 def test_msmon_tflops_are_the_figures_mindformers_prints(canonical, name: str) -> None:
     """The run's MFLossMonitor counted the FLOPs (legacy: the compiled graph; mcore: the formula): msmon's

@@ -84,7 +84,9 @@ class MonitorSettings:
     peak_tflops: float | None = doc(
         None, "the device's peak dense TFLOPS (FP16/BF16) for MFU; default: msmon's table by device name", above=0.0
     )
-    device_name: str | None = doc(None, "the device's name for the peak table; default: as MindSpore reports it")
+    device_name: str | None = doc(
+        None, "the device's name for the peak table (a chip, or a tier: A3-752T); default: as MindSpore reports it"
+    )
     file: FileOptions = field(default_factory=FileOptions)
     tensorboard: TensorBoardOptions = field(default_factory=TensorBoardOptions)
     mlflow: MlflowOptions = field(default_factory=MlflowOptions)

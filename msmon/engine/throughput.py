@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from msmon.compat.devices import peak_tflops
+from msmon.config.hyperparameters import hyperparameters
 from msmon.engine.model_flops import ModelFlops, model_flops
 from msmon.engine.train_facts import batch_shape
 
@@ -66,5 +67,6 @@ class Throughput:
             seq = tokens // samples if tokens else None
             self._flops = model_flops(cb_params.get("list_callback"), self._config, samples, seq, self._world)
             if self._peak is None:
-                self._peak = peak_tflops(self._device or device_name())
+                dtype = hyperparameters(self._config).get("compute_dtype")
+                self._peak = peak_tflops(self._device or device_name(), str(dtype) if dtype else None)
         return self._flops
