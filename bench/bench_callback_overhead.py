@@ -12,15 +12,18 @@ Two measurements, printed side by side:
           every round's blocks pooled, printed beside each round's own median and their spread;
   runs    separate processes, interleaved ``--rounds`` times: baseline (no msmon at all) and each
           scenario with msmon on for every step (writer threads, backends and all):
-          median of the runs' median step times / the same for the baseline. On a shared machine
-          separate runs differ by far more than 1% (the baseline runs are printed): the verdict
-          uses the gated ratio. Each run also gives its process's CPU time per step (every thread,
-          from the warm-up's end to the last step). Each round runs a baseline before the scenarios and a second
-          one after them ("control"); the "process CPU" line pairs each run with the mean of the two (a machine
-          that drifts over the round cancels out, as in the gated blocks; target <= 1.02) and prints beside it the
-          ratio to the baseline before it alone; the control line (after / before) shows what two identical
-          processes differ by. The "by thread" line splits the CPU per step by thread name (/proc: MindSpore's
-          ActorThread / KernelThread, and "python": the training thread and msmon's).
+          each run's median step time over the mean of its round's baselines before and after it, the
+          median over the rounds. On a shared machine separate runs differ by far more than 1% (the
+          baseline runs are printed): the verdict uses the gated ratio. Each run also gives its process's
+          CPU time per step (every thread, from the warm-up's end to the last step). Each round runs a
+          baseline before the scenarios and a second one after them ("control"); the "process CPU" line pairs
+          each run with the mean of the two (a machine that drifts over the round cancels out, as in the gated
+          blocks; target <= 1.02) and prints beside it the ratio to the baseline before it alone; the control
+          line (after / before) shows what two identical processes differ by. Each run also measures the CPU
+          that other processes used beside it (/proc/stat less its own): a pair with more than DISTURBED_MS per
+          step is left out of the verdict and named, as long as 5 pairs remain. The "by thread" line splits the
+          CPU per step by thread name (/proc: MindSpore's ActorThread / KernelThread, and "python": the
+          training thread and msmon's).
 Scenarios and targets:
   core      5 core metrics, file + mindinsight, log_interval 10 (the defaults: flight recorder on,
             layer_grad_norm off)                                       target <= 1.01
@@ -59,6 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 PROCESS_CPU_TARGET = 1.02  # whole processes alternated: CPU per step with msmon over without
+DISTURBED_MS = 1.0  # other processes' CPU per step beside a run above which its pair is left out of the verdict
 RSS_TARGET_MB = 100  # whole processes alternated: the host memory msmon adds to a rank
 CORE = ["loss", "grad_norm", "learning_rate", "throughput", "global_step"]
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -82,7 +86,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     from msmon.config.schema import MonitorSettings
     from msmon.engine.backends import register_backend
     from msmon.engine.session import MonitorSession
-    from msmon.runner.trainer import train
+    from msmon.runner.trainer import import_framework, train
 
     for cls in FAKES:
         register_backend(cls)
@@ -93,6 +97,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     workdir = workdir / f"rank_{rank}" if world > 1 else workdir
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
+    import_framework(workdir / "logs")  # before msmon's session, as msmon run's ranks and its launch hook do
     parallel = {"use_parallel": True, "parallel_config.data_parallel": world, "parallel.full_batch": False}
     path = write_quickstart_config(
         workdir, steps=steps, log_interval=spec["log_interval"], monitor_type=spec["monitor_type"], verbose=False,
@@ -128,6 +133,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             self.graphs: set[tuple[bool, int]] = set()  # (local_norm cell ran, outputs returned)
             self.cpu: dict[int, float] = {}  # step -> the process's CPU seconds (every thread) at its end
             self.tasks: dict[int, dict[str, float]] = {}  # at the warm-up's end and the last step: task_cpu()
+            self.machine: dict[int, tuple[float, float]] = {}  # the same steps: (the machine's busy CPU, the run's)
 
         def on_train_begin(self, run_context: Any) -> None:
             self.threads_at_begin = msmon_thread_cpu()
@@ -164,6 +170,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 self.cpu[step] = time.process_time()
             if step == 2 * block or step == steps:
                 self.tasks[step] = task_cpu()
+                self.machine[step] = (machine_busy_s(), time.process_time())
             self.last = now  # the next interval holds this step's msmon call: its own time counts too
 
     gate = Gate()
@@ -198,6 +205,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         "callback_cpu_s": sum(gate.cost_plain) + sum(gate.cost_log) + sum(gate.cost_begin),
         "process_cpu_ms": process_cpu_per_step(gate.cpu),
         "tasks_cpu_ms": tasks_per_step(gate.tasks),
+        "others_cpu_ms": others_per_step(gate.machine),
     }
 
 
@@ -226,6 +234,21 @@ def task_cpu() -> dict[str, float]:
         fields = text[text.rindex(")") + 2 :].split()
         found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
     return found
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every process, every core: /proc/stat less idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def others_per_step(machine: dict[int, tuple[float, float]]) -> float | None:
+    """The CPU milliseconds per step that other processes (and the hypervisor's steal) used beside this run, between
+    the two samples: above a millisecond or so the machine was not idle and the run's CPU is not comparable."""
+    if len(machine) < 2:
+        return None
+    (first, (busy0, own0)), (last, (busy1, own1)) = sorted(machine.items())
+    return max(0.0, (busy1 - busy0) - (own1 - own0)) / (last - first) * 1e3
 
 
 def tasks_per_step(tasks: dict[int, dict[str, float]]) -> dict[str, float]:
@@ -360,7 +383,8 @@ def main() -> int:
           f"{'beat us':>7}  {'RSS MB':>11}  dropped  written  gated ratio per round")
     for scenario in args.only:
         for rank in sorted({g["rank"] for g in gated[scenario]}):
-            print(row(scenario, [g for g in gated[scenario] if g["rank"] == rank], runs.get(scenario), base))
+            print(row(scenario, [g for g in gated[scenario] if g["rank"] == rank], runs.get(scenario), runs["none"],
+                      control))
     for scenario in args.only:
         if runs.get(scenario):
             if SCENARIOS[scenario].get("callback", True):
@@ -375,21 +399,40 @@ def main() -> int:
 def process_cpu_line(scenario: str, runs: list[dict[str, Any]], before: list[dict[str, Any]],
                      after: list[dict[str, Any]] | None = None) -> str:
     """Whole processes alternated: each run's CPU per step (every thread) over the round's baseline runs (the mean of
-    the one before and the one after it when given; the one before alone beside it)."""
+    the one before and the one after it when given; the one before alone beside it). A pair in which another
+    process used more than DISTURBED_MS per step beside any of its runs is left out of the verdict (named), as long
+    as 5 pairs remain."""
     def cpu(run: dict[str, Any]) -> float:
         return float(run["process_cpu_ms"])
 
+    def others(*group: dict[str, Any]) -> float:
+        return max(float(r.get("others_cpu_ms") or 0.0) for r in group)
+
     alone = [cpu(on) / cpu(off) for on, off in zip(runs, before, strict=True)]
-    pairs = [cpu(on) / ((cpu(off) + cpu(next_)) / 2) for on, off, next_ in zip(runs, before, after, strict=True)] \
-        if after is not None else alone
-    ratio = statistics.median(pairs)
+    if after is not None:
+        pairs = [(cpu(on) / ((cpu(off) + cpu(next_)) / 2), others(on, off, next_))
+                 for on, off, next_ in zip(runs, before, after, strict=True)]
+    else:
+        pairs = [(ratio, others(on, off)) for ratio, on, off in zip(alone, runs, before, strict=True)]
+    quiet = [ratio for ratio, busy in pairs if busy <= DISTURBED_MS]
+    counted = quiet if len(quiet) >= 5 else [ratio for ratio, _ in pairs]
+    left_out = [f"{ratio:.3f} ({busy:.1f} ms)" for ratio, busy in pairs if busy > DISTURBED_MS]
+    ratio = statistics.median(counted)
     verdict = "ok" if ratio <= PROCESS_CPU_TARGET else "MISSED"
     base = statistics.median(cpu(r) for r in before)
     against = "the mean of the baselines before and after" if after is not None else "the baseline before"
     beside = f"; against the one before alone {statistics.median(alone):.3f}" if after is not None else ""
-    return (f"{scenario} process CPU per step, on / off, {len(pairs)} pairs against {against}: {ratio:.3f} (pairs "
-            f"{' '.join(f'{p:.3f}' for p in pairs)}{beside}; baseline {base:.1f} ms per step), "
-            f"target <={PROCESS_CPU_TARGET}: {verdict}")
+    quartiles = statistics.quantiles(counted, n=4) if len(counted) >= 2 else [ratio, ratio, ratio]
+    busy = [b for _, b in pairs]
+    dropped = ", ".join(left_out) or "none"
+    if left_out and counted is not quiet:
+        dropped = f"none, fewer than 5 pairs would remain (disturbed: {dropped})"
+    machine = (f"; other processes beside the runs: median {statistics.median(busy):.2f}, max {max(busy):.2f} ms per "
+               f"step; left out (> {DISTURBED_MS} ms): {dropped}")
+    each = " ".join(f"{p:.3f}" for p, _ in pairs)
+    return (f"{scenario} process CPU per step, on / off, {len(counted)} pairs against {against}: {ratio:.3f} "
+            f"(quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f}; pairs {each}{beside}; "
+            f"baseline {base:.1f} ms per step{machine}), target <={PROCESS_CPU_TARGET}: {verdict}")
 
 
 def task_line(scenario: str, runs: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> str:
@@ -431,11 +474,15 @@ def cpu_line(scenario: str, runs: list[dict[str, Any]]) -> str:
             f"{record:.2f} ms (threads, ms per 1,000 steps: {each})")
 
 
-def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] | None, base: float) -> str:
-    """One scenario (one rank of it) side by side: gated ratio, separate-run ratio, costs, memory, accounting."""
+def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] | None, before: list[dict[str, Any]],
+        after: list[dict[str, Any]]) -> str:
+    """One scenario (one rank of it) side by side: gated ratio, separate-run ratio (each run's median step time over
+    the mean of its round's baselines before and after it, the median over the rounds), costs, memory,
+    accounting."""
     name = f"{scenario}/r{gated[0]['rank']}" if SCENARIOS[scenario].get("ranks", 1) > 1 else scenario
     gated_ratio = statistics.median(r for g in gated for r in g["pair_ratios"])  # every round's blocks pooled
-    run_ratio = statistics.median(r["on_ms"] for r in runs) / base if runs else float("nan")
+    run_ratio = statistics.median(on["on_ms"] / ((off["off_ms"] + next_["off_ms"]) / 2)
+                                  for on, off, next_ in zip(runs, before, after, strict=True)) if runs else float("nan")
     target = SCENARIOS[scenario]["target"]
     rss_values = [value for x in gated for value in x["rss_mb"]]
     rss = f"{min(rss_values):.0f}->{max(rss_values):.0f}"
