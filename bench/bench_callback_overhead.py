@@ -34,6 +34,8 @@ Scenarios and targets:
   all       every backend (file, mindinsight, tensorboard, mlflow server), log_interval 1   <= 1.03
   blocking  file + a backend blocking 2 s per write, log_interval 1   <= 1.02, bounded memory
   idle      core's session and backends without the callback: what msmon's threads alone cost (runs only)
+  fileonly  core with the file backend alone (one backend thread)
+  filemem   core with the file backend and the tests' in-memory backend (two backend threads, no MindInsight)
 The callback's own cost (microseconds per call) is timed on non-logging and logging steps, and at step begin
 (one monotonic read: the heartbeat's "step begun"). Every rank's heartbeat thread rewrites heartbeats/rank_N.json
 once a second in the on and the off blocks alike: one write's cost is timed and printed as a share of a second.
@@ -73,6 +75,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "all": {"monitor_type": ["file", "mindinsight", "tensorboard", "mlflow"], "log_interval": 1, "target": 1.03},
     "blocking": {"monitor_type": ["file", "blocking"], "log_interval": 1, "target": 1.02, "queue_size": 100},
     "idle": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01, "callback": False},
+    "fileonly": {"monitor_type": ["file"], "log_interval": 10, "target": 1.01},
+    "filemem": {"monitor_type": ["file", "memory"], "log_interval": 10, "target": 1.01},
 }
 
 
