@@ -38,9 +38,13 @@ def replay(
     alerts, count, forecasts = run_replay(path, settings, training)
     rollbacks = {(forecast.alert_step, forecast.detector): forecast for forecast in forecasts}
     if as_json:
-        print(json.dumps([json_safe({**alert.to_dict(), **({"rollback": rollbacks[alert.step, alert.detector].to_json()}
-                                                             if (alert.step, alert.detector) in rollbacks else {})})
-                          for alert in alerts], indent=2))
+        entries = []
+        for alert in alerts:
+            entry = alert.to_dict()
+            if (made := rollbacks.get((alert.step, alert.detector))) is not None:
+                entry["rollback"] = made.to_json()
+            entries.append(json_safe(entry))
+        print(json.dumps(entries, indent=2))
         return
     console = stdout_console()
     for alert in alerts:
@@ -49,8 +53,8 @@ def replay(
             f"step {alert.step:>7}  [{style}]{alert.severity:<8}[/{style}]  {alert.detector:<15} "
             f"{escape(alert.message)}"
         )
-        if (alert.step, alert.detector) in rollbacks:
-            console.print(f"{'':>13}-> {escape(rollbacks[alert.step, alert.detector].describe())}")
+        if (made := rollbacks.get((alert.step, alert.detector))) is not None:
+            console.print(f"{'':>13}-> {escape(made.describe())}")
     noun = "alert" if len(alerts) == 1 else "alerts"
     console.print(f"{len(alerts)} {noun} in {count} records of {escape(path)}")
 

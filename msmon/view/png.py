@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from msmon.anomaly import rollbacks_of
 from msmon.errors import MsmonError
 from msmon.util.numbers import as_number
 from msmon.view.html import LABELS, PALETTE, panel_metrics
+from msmon.view.report import rollback_rows
 from msmon.view.series import PLOT_METRICS, RunData, downsample
 
 MAX_POINTS = 4000
@@ -29,10 +29,10 @@ def _draw(ax: Any, metric: str, runs: list[RunData], alerts: bool) -> None:
                         va="top" if top else "bottom", ha="left", fontweight="bold")
     if alerts:
         for run in runs:
-            for made in rollbacks_of(run.info):  # the stretch trained again after a rollback
-                ax.axvspan(made.checkpoint_step, made.alert_step, color="#7c3aed", alpha=0.1, linewidth=0)
-                ax.annotate(f"rollback: {made.describe()}", (made.checkpoint_step, 0.98),
-                            xycoords=("data", "axes fraction"), color="#7c3aed", fontsize=6, va="top", ha="left")
+            for band in rollback_rows(run.info):  # the stretch trained again after a rollback
+                ax.axvspan(band["step"], band["until"], color="#7c3aed", alpha=0.1, linewidth=0)
+                ax.annotate(band["label"], (band["step"], 0.98), xycoords=("data", "axes fraction"), color="#7c3aed",
+                            fontsize=6, va="top", ha="left")
             for number, alert in enumerate(run.alerts, start=1):
                 at = as_number(alert.get("step"))
                 if at is None or not math.isfinite(at):
