@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ import pytest
 from engine_support import (
     FAKES,
     BlockingBackend,
+    FailingBackend,
     FlakyNetworkBackend,
     MemoryBackend,
     read_jsonl,
     settings,
+    summary_scalars,
 )
 
 from msmon.engine.backends import backend_class, backend_names, register_backend, unregister_backend
@@ -172,6 +175,60 @@ def test_failing_backend_warns_once_and_the_others_keep_everything(tmp_path, cap
     assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
     assert MemoryBackend.store[str(s.run_dir())] == sent
     assert summary.records_written == 50 and summary.dropped_records == 0
+
+
+def test_the_run_dir_backends_share_one_thread_where_one_failing_costs_the_others_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """file, mindinsight and a failing backend that writes in the run directory: one worker thread; the memory
+    backend (not in the run directory): its own."""
+    monkeypatch.setattr(FailingBackend, "in_run_dir", True)
+    s = settings(tmp_path, monitor_type=["failing", "file", "mindinsight", "memory"])
+    session = MonitorSession(s, s.run_dir()).start()
+    threads = {thread.name for thread in threading.enumerate()}
+    assert {"msmon-backends", "msmon-memory"} <= threads
+    assert not threads & {"msmon-file", "msmon-mindinsight", "msmon-failing"}
+    sent = _send_in_chunks(session, 5, 10, 0.3)
+    summary = session.close("completed")
+    assert not {"msmon-backends", "msmon-memory"} & {thread.name for thread in threading.enumerate()}
+    assert summary.backends["failing"]["status"] == "disabled"
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent and MemoryBackend.store[str(s.run_dir())] == sent
+    assert summary.backends["mindinsight"]["written"] == len(sent) == 50
+    assert sorted(summary_scalars(s.run_dir())) == [record["step"] for record in sent]  # MindInsight's own proto
+
+
+def test_msmons_own_failure_in_a_runner_stops_that_backend_alone_and_is_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A failure outside the backend's own calls (here the run facts msmon keeps for it) is msmon's bug: that backend
+    stops, named, counted and warned about once; the file backend on the same thread keeps every record."""
+    from msmon.util import internal_errors
+
+    class BrokenFacts:
+        def add(self, records: list[dict[str, Any]]) -> None:
+            raise TypeError("unsupported operand")
+
+    class BrokenFactsBackend(MemoryBackend):
+        name = "brokenfacts"
+        in_run_dir = True
+        keeps_run_facts = True
+        facts = BrokenFacts()  # type: ignore[assignment]
+
+    register_backend(BrokenFactsBackend)
+    internal_errors.forget()
+    caplog.set_level(logging.INFO, logger="msmon")
+    s = settings(tmp_path, monitor_type=["brokenfacts", "file"])
+    try:
+        session = MonitorSession(s, s.run_dir()).start()
+        sent = _send_in_chunks(session, 3, 10, 0.3)
+        started = time.monotonic()
+        summary = session.close("completed")
+    finally:
+        unregister_backend("brokenfacts")
+    assert time.monotonic() - started < 5  # its close budget (10 s) is not waited for
+    assert read_jsonl(s.run_dir() / "metrics.jsonl") == sent
+    broken = summary.backends["brokenfacts"]
+    assert broken["status"] == "disabled" and broken["reason"] == "msmon's own error: TypeError: unsupported operand"
+    assert internal_errors.seen().first == "the runner of backend 'brokenfacts': TypeError: unsupported operand"
+    assert len(msmon_warnings(caplog, "msmon: internal error in the runner of backend 'brokenfacts'")) == 1
 
 
 def test_network_backend_is_retried_and_loses_nothing(tmp_path, caplog):

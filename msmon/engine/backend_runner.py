@@ -1,7 +1,9 @@
-"""One backend on its own worker thread: a bounded queue, every call isolated, retries and disabling.
+"""One backend's writing: a bounded queue, every call isolated, retries and disabling.
 
-A backend that raises gets one warning; network backends are retried with backoff, others are disabled
-after repeated failures. Nothing raised by a backend ever reaches the training thread.
+A runner does no work of its own: a worker thread (msmon/engine/backend_thread.py) calls ``step`` when the
+runner's queue wakes it or ``sleep_s`` falls due. A backend that raises gets one warning; network backends are
+retried with backoff, others are disabled after repeated failures. Nothing raised by a backend ever reaches the
+training thread.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ class BackendStats:
 
 
 class BackendRunner:
-    """One backend on its own thread with its own bounded queue; every call isolated."""
+    """One backend with its own bounded queue, run by a worker thread; every call isolated."""
 
-    def __init__(self, backend: Backend, queue_size: int) -> None:
+    def __init__(self, backend: Backend, queue_size: int, ready: threading.Event) -> None:
+        """``ready``: the event of the worker thread that runs this backend (set by a put, a suspend, a close)."""
         self.backend = backend
         self.stats = BackendStats(backend.name)
-        self._queue = DropQueue(queue_size)
+        self._queue = DropQueue(queue_size, ready)
+        self._closed = threading.Event()
         self._flush_interval = backend.flush_interval_s
         self._opened = False
         self._warned = False
@@ -59,7 +63,6 @@ class BackendRunner:
         self._ignored = 0  # records that arrived after the backend was turned off (counted lost at the end)
         self._last_flush = time.monotonic()
         self.on_failure: Callable[[BackendRunner, BaseException], None] | None = None
-        self._thread = threading.Thread(target=self._run, name=f"msmon-{backend.name}", daemon=True)
 
     @property
     def dropped(self) -> int:
@@ -69,9 +72,6 @@ class BackendRunner:
     @property
     def active(self) -> bool:
         return self.stats.status not in ("disabled", "suspended")
-
-    def start(self) -> None:
-        self._thread.start()
 
     def put(self, item: tuple[str, dict[str, Any]]) -> None:
         """Queue ("record", record) or ("alert", alert)."""
@@ -95,33 +95,42 @@ class BackendRunner:
         self._queue.wake()
 
     def join(self, timeout: float) -> bool:
-        self._thread.join(timeout)
+        """Wait up to ``timeout`` s for the backend to close; one still closing then is ``failed_to_close``."""
+        closed = self._closed.wait(timeout)
         self.stats.lost += self._ignored
         self._ignored = 0
-        if self._thread.is_alive():
+        if not closed:
             self.stats.status = "failed_to_close"
             self.stats.lost += len(self._queue)
-            return False
-        return True
+        return closed
 
     # -- worker thread ------------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            self._queue.wait(self._sleep_s())
-            if self._suspend is not None and self.active:
-                self._stop_writing("suspended", self._suspend)
-            closing = self._closing is not None
-            now = time.monotonic()
-            if self.active and (closing or (now >= self._retry_at and now >= self._next_write)):
-                self._cycle(final=closing)
-            if closing:
-                break
+    def step(self) -> bool:
+        """One pass: stop writing when suspended, write and flush what is due; after ``close`` the last pass, which
+        writes what is queued and closes the backend. True once the backend is closed (no more passes)."""
+        if self._suspend is not None and self.active:
+            self._stop_writing("suspended", self._suspend)
+        closing = self._closing
+        now = time.monotonic()
+        if self.active and (closing is not None or (now >= self._retry_at and now >= self._next_write)):
+            self._cycle(final=closing is not None)
+        if closing is None:
+            return False
         if self._opened:
-            self._call("close", self._closing or RunStatus.COMPLETED)
+            self._call("close", closing)
         self.stats.lost += sum(1 for kind, _ in self._queue.drain() if kind == "record") + self.backend.records_lost
         self.stats.dropped = self.dropped
+        self._closed.set()
+        return True
 
-    def _sleep_s(self) -> float | None:
+    def abandon(self, exc: BaseException) -> None:
+        """msmon's own code failed in a pass: write nothing more, count what is queued lost, let ``join`` return."""
+        self.stats.status = "disabled"
+        self.stats.reason = f"msmon's own error: {describe(exc)}"
+        self.stats.lost += self._queue.clear()
+        self._closed.set()
+
+    def sleep_s(self) -> float | None:
         """How long the worker sleeps unless woken (a record, an alert, suspend, close): until the next open, write
         or flush falls due, never before a retry's backoff or the write interval allows it; None: until woken."""
         if not self.active:

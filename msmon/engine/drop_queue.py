@@ -11,12 +11,13 @@ from typing import Any
 class DropQueue:
     """A bounded FIFO that drops its oldest item when full and counts the drops."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, ready: threading.Event | None = None) -> None:
+        """``ready``: the event a put or ``wake`` sets (several queues read by one thread share one)."""
         self.maxsize = max(1, maxsize)
         self.dropped = 0
         self._items: deque[Any] = deque()
         self._lock = threading.Lock()
-        self._ready = threading.Event()
+        self._ready = ready or threading.Event()
 
     def put(self, item: Any) -> None:
         self.put_many((item,))

@@ -13,6 +13,7 @@ from typing import Any
 
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backend_runner import BackendRunner
+from msmon.engine.backend_thread import backend_threads
 from msmon.engine.backends import backend_class
 from msmon.engine.callback import StepObserver, make_callback
 from msmon.engine.diskguard import DiskGuard
@@ -87,13 +88,13 @@ class MonitorSession:
         self._summary: SessionSummary | None = None
         self._close_lock = threading.Lock()
         self._started = False
-        runners = [BackendRunner(b, settings.writer.queue_size) for b in self._make_backends()] if self.writes else []
-        for runner in runners:
-            runner.on_failure = self._on_backend_failure
+        threads = backend_threads(self._make_backends(), settings.writer.queue_size) if self.writes else []
         self.writer = Writer(
-            runners, [self.rank_heartbeat, *listeners], settings.writer.queue_size, tick=self._tick,
+            threads, [self.rank_heartbeat, *listeners], settings.writer.queue_size, tick=self._tick,
             on_record=self._on_record, status=self.status,
         )
+        for runner in self.writer.runners:
+            runner.on_failure = self._on_backend_failure
 
     def _make_backends(self) -> list[Any]:
         backends = []
@@ -111,7 +112,7 @@ class MonitorSession:
         return [runner.backend.name for runner in self.writer.runners]
 
     def start(self) -> MonitorSession:
-        """Start the writer thread and one worker per backend (they open the backends)."""
+        """Start the writer thread and the backends' worker threads (they open the backends)."""
         if not self._started:
             self._started = True
             if self.writes:

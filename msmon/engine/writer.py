@@ -2,8 +2,9 @@
 
 The callback's ``put`` (a logging step's record) wakes it; records that arrive faster than one cycle per
 ``MIN_CYCLE_S`` go out together, and with none arriving it still wakes every ``TICK_S`` (the disk guard, the
-listeners' status). Each cycle feeds every backend runner one batch and calls the listeners (``on_record``,
-``on_alert``, ``on_status``) on its own thread. Nothing raised by a backend or a listener ever reaches the
+listeners' status). Each cycle hands every backend runner one batch (their worker threads write it:
+msmon/engine/backend_thread.py) and calls the listeners (``on_record``, ``on_alert``, ``on_status``) on its own
+thread. Nothing raised by a backend or a listener ever reaches the
 training thread.
 """
 
@@ -16,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from msmon.engine.backend_runner import BackendRunner
+from msmon.engine.backend_thread import BackendThread
 from msmon.engine.drop_queue import DropQueue
 from msmon.status import RunStatus
 from msmon.util import internal_errors
@@ -35,14 +36,15 @@ class Writer:
 
     def __init__(
         self,
-        runners: Iterable[BackendRunner],
+        backend_threads: Iterable[BackendThread],
         listeners: Iterable[Any] = (),
         queue_size: int = 1000,
         tick: Callable[[], None] | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
         status: Callable[[], Any] | None = None,
     ) -> None:
-        self.runners = list(runners)
+        self.backend_threads = list(backend_threads)
+        self.runners = [runner for thread in self.backend_threads for runner in thread.runners]
         self.listeners: list[Any] = list(listeners)
         self.queue = DropQueue(queue_size)
         self.records_seen = 0
@@ -57,8 +59,8 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="msmon-writer", daemon=True)
 
     def start(self) -> None:
-        for runner in self.runners:
-            runner.start()
+        for thread in self.backend_threads:
+            thread.start()
         self._thread.start()
 
     def put(self, record: dict[str, Any]) -> None:

@@ -36,6 +36,8 @@ class Backend:
     name: ClassVar[str] = ""
     network: ClassVar[bool] = False  # failures are retried with backoff instead of disabling the backend
     heavy: ClassVar[bool] = False  # stopped by the disk guard (large files)
+    #: writes only files in the run directory: such backends share one worker thread (msmon/engine/backend_thread.py)
+    in_run_dir: ClassVar[bool] = False
     keeps_run_facts: ClassVar[bool] = False  # the writer adds every stored record to ``facts``
     #: msmon's final status -> the backend's word for it; a status not listed is ``other_status`` (else its value)
     status_names: ClassVar[Mapping[RunStatus, str]] = {}

@@ -36,6 +36,7 @@ class FileBackend(Backend):
     """Appends one line per record (straight to the OS), fsynced every ``file.fsync_interval_s``."""
 
     name = "file"
+    in_run_dir = True
 
     _jsonl: LineFile | None = None
     _csv: LineFile | None = None

@@ -30,6 +30,7 @@ class MindInsightBackend(Backend):
 
     name = "mindinsight"
     heavy = True
+    in_run_dir = True
     keeps_run_facts = True  # the lineage's hyperparameters at the start, its results and status at the end
 
     _writer: Any = None

@@ -73,6 +73,7 @@ class TensorBoardBackend(Backend):
 
     name = "tensorboard"
     heavy = True
+    in_run_dir = True
     keeps_run_facts = True  # the HParams session: hyperparameters at the start, results and status at the end
     status_names = SESSION_STATUS
     other_status = "STATUS_UNKNOWN"  # the plugin has no "aborted"
