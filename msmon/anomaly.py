@@ -16,9 +16,6 @@ from typing import Any
 
 logger = logging.getLogger("msmon")
 
-#: The detectors whose anomalies a rollback can cure: bad data shows as a spike, a growth or a non-finite value.
-ROLLBACK_DETECTORS = ("nonfinite", "loss_spike", "grad_explosion")
-
 
 @dataclass(frozen=True)
 class Anomaly:

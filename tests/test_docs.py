@@ -35,3 +35,24 @@ def test_every_emitted_code_is_documented() -> None:
     for path in (REPO / "msmon").rglob("*.py"):
         emitted |= set(re.findall(r'"(MS\d{3})"', path.read_text(encoding="utf-8")))
     assert emitted - set(CODES) == set()
+
+
+def test_a_detectors_switch_is_explained_by_its_settings_docstring() -> None:
+    from dataclasses import dataclass
+
+    import pytest
+
+    from msmon.config.coerce import field_docs
+    from msmon.config.health import DetectorSettings, HealthSettings, LossSpikeSettings
+
+    meanings = {row[0]: row[3] for row in field_docs(HealthSettings)}
+    assert meanings["loss_spike.enabled"] == LossSpikeSettings.__doc__
+    assert meanings["loss_spike.action"].startswith("log (alerts.jsonl and msmon.log only)")
+    assert meanings["enabled"] == "run the health detectors and the stall check"
+
+    @dataclass(frozen=True)
+    class Undocumented(DetectorSettings):
+        window: int = 5
+
+    with pytest.raises(TypeError, match="Undocumented needs a docstring"):
+        field_docs(Undocumented)

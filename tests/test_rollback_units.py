@@ -120,7 +120,7 @@ def test_a_resume_after_a_rollback_skips_the_same_data(tmp_path: Path) -> None:
 def test_replay_forecasts_where_each_rollback_would_have_gone() -> None:
     from msmon.config.health import LossSpikeSettings
     from msmon.health.alert import Alert
-    from msmon.health.rollback_forecast import forecast
+    from msmon.health.rollback_forecast import RollbackTarget, forecast
 
     settings = HealthSettings(loss_spike=LossSpikeSettings(action="rollback"),
                               rollback=RollbackSettings(max_rollbacks=2, skip_steps=30))
@@ -134,17 +134,19 @@ def test_replay_forecasts_where_each_rollback_would_have_gone() -> None:
     found = {(f.alert_step, f.detector): f for f in forecast(alerts, settings, config)}
     assert set(found) == {(30, "loss_spike"), (152, "loss_spike"), (170, "loss_spike"), (260, "loss_spike"),
                           (402, "loss_spike")}  # grad_explosion's action is alert
-    assert found[30, "loss_spike"].refused is not None and "no checkpoint kept before step 25" in \
-        found[30, "loss_spike"].refused
-    assert (found[152, "loss_spike"].checkpoint_step, found[152, "loss_spike"].skip_to) == (100, 182)
+    assert "no checkpoint kept before step 25" in str(found[30, "loss_spike"].outcome)
+    assert found[152, "loss_spike"].outcome == RollbackTarget(checkpoint_step=100, skip_to=182)
     assert found[152, "loss_spike"].describe() == "rollback to step 100, skipping the data of steps 101-182"
-    assert "skipped by the rollback before" in (found[170, "loss_spike"].refused or "")
-    assert found[260, "loss_spike"].checkpoint_step == 250
-    assert found[402, "loss_spike"].refused == "no rollback left (2 of 2)"
+    assert found[152, "loss_spike"].to_json() == {"onset_step": 150, "checkpoint_step": 100, "skip_to": 182,
+                                                  "refused": None}
+    assert found[170, "loss_spike"].outcome == "its data would have been skipped by the rollback before"
+    assert found[260, "loss_spike"].outcome == RollbackTarget(checkpoint_step=250, skip_to=290)
+    assert found[402, "loss_spike"].outcome == "no rollback left (2 of 2)"
+    assert found[402, "loss_spike"].to_json() == {"onset_step": 400, "checkpoint_step": None, "skip_to": None,
+                                                  "refused": "no rollback left (2 of 2)"}
     sparse = {"callbacks": [{"type": "CheckpointMonitor", "save_checkpoint_steps": 100, "keep_checkpoint_max": 1}]}
-    assert forecast([spike(152, 150)], settings, sparse)[0].refused is not None
-    assert forecast([spike(152, 150)], settings, {})[0].refused == "the config saves no checkpoint"
-
+    assert "no checkpoint kept" in str(forecast([spike(152, 150)], settings, sparse)[0].outcome)
+    assert forecast([spike(152, 150)], settings, {})[0].outcome == "the config saves no checkpoint"
 
 @pytest.mark.parametrize(("callbacks", "rollback", "codes"), [
     ([{"type": "MFLossMonitor"}], {}, {"MS810"}),
@@ -203,3 +205,16 @@ def test_the_ending_report_and_pngs_show_a_rollback(tmp_path: Path) -> None:
     assert '"rollbacks":[{"step":100,"until":152,"label":"rollback: loss_spike from step 150 (alert at 152)' in page
     assert "1 rollback (the data of 82 steps skipped)" in page
     assert [p.name for p in write_pngs([run], tmp_path / "png")][:1] == ["loss.png"]
+
+
+def test_only_the_detectors_that_bad_data_sets_off_may_roll_back() -> None:
+    from msmon.config.coerce import build
+    from msmon.config.health import ROLLBACK_DETECTORS
+
+    assert ROLLBACK_DETECTORS == ("nonfinite", "loss_spike", "grad_explosion")
+    for name in ROLLBACK_DETECTORS:
+        settings, findings = build(HealthSettings, {name: {"action": "rollback"}}, "monitor_config.health")
+        assert findings == [] and getattr(settings, name).action == "rollback"
+    settings, findings = build(HealthSettings, {"stall": {"action": "rollback"}}, "monitor_config.health")
+    assert [(f.code, f.path) for f in findings] == [("MS002", "monitor_config.health.stall.action")]
+    assert settings.stall.action == "alert"

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar, Union
 
-from msmon.config.fields import in_range, range_text
+from msmon.config.fields import in_range, meaning, range_text
 from msmon.findings import Finding, error
 
 T = TypeVar("T")
@@ -139,7 +139,7 @@ def field_docs(cls: type, prefix: str = "", *, with_items: bool = False) -> list
             continue
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         check = "; ".join(filter(None, [range_text(f.metadata), f.metadata.get("check", "")]))
-        rows.append((key, _type_name(tp), default, f.metadata.get("doc", ""), check))
+        rows.append((key, _type_name(tp), default, meaning(cls, f.metadata), check))
         (item,) = typing.get_args(tp) if typing.get_origin(tp) is list else (None,)
         if with_items and isinstance(item, type) and dataclasses.is_dataclass(item):
             rows.extend(field_docs(item, key + "[].", with_items=True))

@@ -9,6 +9,9 @@ import copy
 from dataclasses import field
 from typing import Any
 
+#: The text of a field that its settings class's docstring explains (a detector's ``enabled``: what it finds).
+CLASS_DOC = "<the class's docstring>"
+
 
 def doc(
     default: Any, text: str, check: str = "", *, at_least: float | None = None, above: float | None = None,
@@ -20,6 +23,17 @@ def doc(
     if isinstance(default, list | dict | set):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def meaning(cls: type, metadata: Any) -> str:
+    """A field's one-line meaning: its ``doc()`` text, or for ``CLASS_DOC`` the docstring ``cls`` itself declares."""
+    text = metadata.get("doc", "")
+    if text != CLASS_DOC:
+        return str(text)
+    own = vars(cls).get("__doc__") or ""
+    if own.startswith(f"{cls.__name__}("):  # @dataclass's stand-in for a missing docstring
+        raise TypeError(f"{cls.__name__} needs a docstring: it explains one of its fields")
+    return " ".join(own.split())
 
 
 def range_text(metadata: Any) -> str:

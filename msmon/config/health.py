@@ -2,29 +2,44 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from msmon.config.fields import doc
+from msmon.config.fields import CLASS_DOC, doc
 
 Action = Literal["log", "alert", "stop"]
 ACTION_DOC = "log (alerts.jsonl and msmon.log only), alert (every sink), or stop (alert, then a graceful stop: exit 4)"
-#: The actions of the detectors that bad data sets off (msmon.anomaly.ROLLBACK_DETECTORS).
 RecoverableAction = Literal["log", "alert", "stop", "rollback"]
 RECOVERABLE_ACTION_DOC = (ACTION_DOC + ", or rollback (alert, stop, train again from the newest checkpoint before the "
                           "onset with the bad data skipped: health.rollback)")
 
 
 @dataclass(frozen=True)
-class NonFiniteSettings:
-    enabled: bool = doc(True, "alert the moment loss or grad_norm is NaN or Inf (grad_norm ignored on overflow steps)")
+class DetectorSettings:
+    """Every detector's switch and action; each detector's settings class says in its docstring what it finds."""
+
+    enabled: bool = doc(True, CLASS_DOC)
+    action: Action = doc("alert", ACTION_DOC)
+
+
+@dataclass(frozen=True)
+class RecoverableDetectorSettings:
+    """A detector that bad data sets off (a spike, a growth, a non-finite value): its action may be rollback."""
+
+    enabled: bool = doc(True, CLASS_DOC)
     action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
 
 
 @dataclass(frozen=True)
-class LossSpikeSettings:
-    enabled: bool = doc(True, "detect loss spikes against the recent level; spiking values never enter it")
-    action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
+class NonFiniteSettings(RecoverableDetectorSettings):
+    """alert the moment loss or grad_norm is NaN or Inf (grad_norm ignored on overflow steps)"""
+
+
+@dataclass(frozen=True)
+class LossSpikeSettings(RecoverableDetectorSettings):
+    """detect loss spikes against the recent level; spiking values never enter it"""
+
     warmup: int = doc(10, "logged steps that fill the baseline before the detector may fire", at_least=3)
     level_window: int = doc(5, "recent logged steps whose median is the loss level (short: the loss falls)", at_least=1)
     window: int = doc(20, "recent logged steps whose step-to-step changes measure the noise (trend-free)", at_least=3)
@@ -35,9 +50,9 @@ class LossSpikeSettings:
 
 
 @dataclass(frozen=True)
-class GradExplosionSettings:
-    enabled: bool = doc(True, "detect sustained exponential grad_norm growth against the run's own low")
-    action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
+class GradExplosionSettings(RecoverableDetectorSettings):
+    """detect sustained exponential grad_norm growth against the run's own low"""
+
     settle_steps: int = doc(
         80, "training steps after the LR warm-up (grad norms rise early) before the baseline forms", at_least=0
     )
@@ -61,18 +76,18 @@ class GradExplosionSettings:
 
 
 @dataclass(frozen=True)
-class DeadSeriesSettings:
-    enabled: bool = doc(True, "detect grad_norm exactly 0 and tracked metrics exactly constant")
-    action: Action = doc("alert", ACTION_DOC)
+class DeadSeriesSettings(DetectorSettings):
+    """detect grad_norm exactly 0 and tracked metrics exactly constant"""
+
     metrics: list[str] = doc(["loss", "grad_norm"], "metrics that must never stay exactly constant")
     window: int = doc(5, "logged steps a metric must stay exactly constant", at_least=2)
     zero_patience: int = doc(2, "consecutive logs of grad_norm exactly 0", at_least=1)
 
 
 @dataclass(frozen=True)
-class LearningRateSettings:
-    enabled: bool = doc(True, "check the learning rate is finite, non-negative, and follows its schedule")
-    action: Action = doc("alert", ACTION_DOC)
+class LearningRateSettings(DetectorSettings):
+    """check the learning rate is finite, non-negative, and follows its schedule"""
+
     peak: float | None = doc(None, "peak learning rate (default: lr_schedule.learning_rate)", "MS804", above=0.0)
     warmup_steps: int | None = doc(
         None, "warm-up steps (default: lr_schedule warmup_steps or warmup_ratio)", at_least=0
@@ -83,9 +98,9 @@ class LearningRateSettings:
 
 
 @dataclass(frozen=True)
-class ThroughputDropSettings:
-    enabled: bool = doc(True, "detect throughput that stays below a fraction of its rolling median")
-    action: Action = doc("alert", ACTION_DOC)
+class ThroughputDropSettings(DetectorSettings):
+    """detect throughput that stays below a fraction of its rolling median"""
+
     fraction: float = doc(
         0.7, "slow = the median of the last `patience` logs below fraction x the baseline median",
         above=0.0, at_most=1.0,
@@ -99,9 +114,9 @@ class ThroughputDropSettings:
 
 
 @dataclass(frozen=True)
-class StallSettings:
-    enabled: bool = doc(True, "alert when no step has ended for the timeout (a hang)")
-    action: Action = doc("alert", ACTION_DOC)
+class StallSettings(DetectorSettings):
+    """alert when no step has ended for the timeout (a hang)"""
+
     timeout_s: float | None = doc(None, "seconds without a step end; default calibrates from step times", above=0.0)
     factor: float = doc(10.0, "calibrated timeout = factor x the slowest recent step ...", at_least=1.0)
     floor_s: float = doc(60.0, "... but never less than this many seconds", above=0.0)
@@ -120,9 +135,9 @@ class StallSettings:
 
 
 @dataclass(frozen=True)
-class SlowRankSettings:
-    enabled: bool = doc(True, "name a rank whose time outside the step (or whole step time) stays above its peers'")
-    action: Action = doc("alert", ACTION_DOC)
+class SlowRankSettings(DetectorSettings):
+    """name a rank whose time outside the step (or whole step time) stays above its peers'"""
+
     ratio: float = doc(1.5, "a slow rank's time is above ratio x the other ranks' median ...", above=1.0)
     min_excess_ms: float = doc(5.0, "... by at least this many milliseconds a step ...", at_least=0.0)
     window_steps: int = doc(50, "... at every logged step for this many training steps", at_least=1)
@@ -131,9 +146,9 @@ class SlowRankSettings:
 
 
 @dataclass(frozen=True)
-class MemoryGrowthSettings:
-    enabled: bool = doc(True, "alert when a rank's host or device memory grows steadily (a leak, fragmentation)")
-    action: Action = doc("alert", ACTION_DOC)
+class MemoryGrowthSettings(DetectorSettings):
+    """alert when a rank's host or device memory grows steadily (a leak, fragmentation)"""
+
     window_steps: int = doc(100, "training steps over which the growth is fitted (a straight line) ...", at_least=2)
     min_growth_mb: float = doc(200.0, "... that must grow by at least this many MiB over the window ...", above=0.0)
     min_fit: float = doc(0.9, "... and fit a straight line this well (R squared: steady growth, not one jump)",
@@ -184,6 +199,8 @@ class AlertSettings:
 
 @dataclass(frozen=True)
 class HealthSettings:
+    """``monitor_config.health``: the detectors, the rollback budget, and where alerts go."""
+
     enabled: bool = doc(True, "run the health detectors and the stall check")
     nonfinite: NonFiniteSettings = field(default_factory=NonFiniteSettings)
     loss_spike: LossSpikeSettings = field(default_factory=LossSpikeSettings)
@@ -196,3 +213,10 @@ class HealthSettings:
     memory_growth: MemoryGrowthSettings = field(default_factory=MemoryGrowthSettings)
     rollback: RollbackSettings = field(default_factory=RollbackSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+
+
+#: The detectors whose anomalies a rollback can cure (action ``rollback``): those whose settings are recoverable.
+ROLLBACK_DETECTORS: tuple[str, ...] = tuple(
+    name for name, tp in typing.get_type_hints(HealthSettings).items()
+    if isinstance(tp, type) and issubclass(tp, RecoverableDetectorSettings)
+)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from msmon.errors import ExitCode, MsmonError
+from msmon.util.tables import shipped_rows
 
 
 class FlagKind(Enum):
@@ -32,35 +33,10 @@ class LaunchFlag:
     help: str
 
 
-LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
-    LaunchFlag("--run_mode", "run_mode", FlagKind.TEXT, "train or finetune (eval and predict are not trainings)"),
-    LaunchFlag("--load_checkpoint", "load_checkpoint", FlagKind.TEXT, "checkpoint file or directory to start from"),
-    LaunchFlag("--src_strategy_path_or_dir", "src_strategy_path_or_dir", FlagKind.TEXT,
-               "the strategy of load_checkpoint"),
-    LaunchFlag("--auto_trans_ckpt", "auto_trans_ckpt", FlagKind.BOOLEAN,
-               "reshard load_checkpoint to this run's layout"),
-    LaunchFlag("--transform_process_num", "transform_process_num", FlagKind.INTEGER,
-               "processes that reshard the checkpoint"),
-    LaunchFlag("--only_save_strategy", "only_save_strategy", FlagKind.BOOLEAN, "save the strategy and exit"),
-    LaunchFlag("--resume_training", "resume_training", FlagKind.BOOLEAN_OR_TEXT,
-               "resume from load_checkpoint (True, or a checkpoint name)"),
-    LaunchFlag("--train_dataset_dir", "train_dataset.data_loader.dataset_dir", FlagKind.TEXT,
-               "the training dataset's directory"),
-    LaunchFlag("--num_samples", "train_dataset.data_loader.num_samples", FlagKind.INTEGER,
-               "samples of the training dataset to use"),
-    LaunchFlag("--use_parallel", "use_parallel", FlagKind.BOOLEAN, "parallel training"),
-    LaunchFlag("--seed", "seed", FlagKind.INTEGER, "random seed"),
-    LaunchFlag("--device_id", "context.device_id", FlagKind.INTEGER, "the device of a single-card run"),
-    LaunchFlag("--device_target", "context.device_target", FlagKind.TEXT, "Ascend, GPU or CPU"),
-    LaunchFlag("--mode", "context.mode", FlagKind.INTEGER, "0 graph mode, 1 PyNative"),
-    LaunchFlag("--do_eval", "do_eval", FlagKind.BOOLEAN, "evaluate during training"),
-    LaunchFlag("--epochs", "runner_config.epochs", FlagKind.INTEGER, "epochs"),
-    LaunchFlag("--batch_size", "runner_config.batch_size", FlagKind.INTEGER, "batch size per card"),
-    LaunchFlag("--gradient_accumulation_steps", "runner_config.gradient_accumulation_steps", FlagKind.INTEGER,
-               "gradient accumulation steps"),
-    LaunchFlag("--sink_mode", "runner_config.sink_mode", FlagKind.BOOLEAN, "data sink"),
-    LaunchFlag("--profile", "profile", FlagKind.BOOLEAN, "MindSpore's profiler"),
-    LaunchFlag("--remote_save_url", "remote_save_url", FlagKind.TEXT, "where ModelArts saves outputs"),
+#: launch_flags.toml: one row a flag.
+LAUNCH_FLAGS: tuple[LaunchFlag, ...] = tuple(
+    LaunchFlag(row["name"], row["key"], FlagKind(row["kind"]), row["help"])
+    for row in shipped_rows(__file__, "flag")
 )
 OPTIONS = "--options"
 REGISTER_PATH = "--register_path"

@@ -72,6 +72,10 @@ class MonitorSettings:
     monitor_type: list[Literal["mindinsight", "tensorboard", "mlflow", "file"]] = doc(
         ["mindinsight", "file"], "backend name or list of names", "MS501, MS502"
     )
+    file: FileOptions = field(default_factory=FileOptions)
+    tensorboard: TensorBoardOptions = field(default_factory=TensorBoardOptions)
+    mlflow: MlflowOptions = field(default_factory=MlflowOptions)
+    writer: WriterOptions = field(default_factory=WriterOptions)
     project_name: str = doc("default", "groups runs: <save_dir>/<project_name>/<run_name>", "MS102")
     run_name: str | None = doc(
         None, "unique run name; empty or 'auto' generates <model>_<YYYYmmdd_HHMMSS>", "MS101, MS103"
@@ -79,6 +83,7 @@ class MonitorSettings:
     log_interval: int = doc(10, "log every N steps (>= 1)", "MS401, MS402, MS403")
     track_metrics: list[str] = doc(list(CORE_METRICS), "metrics to record; aliases accepted", "MS301, MS302, MS303")
     save_dir: str = doc(DEFAULT_SAVE_DIR, "root of all run directories (ASCII, no whitespace)", "MS201-MS204")
+    disk: DiskGuardOptions = field(default_factory=DiskGuardOptions)
     use_callback: bool = doc(True, "inject msmon's callback into the Trainer (false: validate + board only)")
     verbose: bool = doc(False, "print the registration line and one console line per logged step")
     peak_tflops: float | None = doc(
@@ -87,11 +92,6 @@ class MonitorSettings:
     device_name: str | None = doc(
         None, "the device's name for the peak table (a chip, or a tier: A3-752T); default: as MindSpore reports it"
     )
-    file: FileOptions = field(default_factory=FileOptions)
-    tensorboard: TensorBoardOptions = field(default_factory=TensorBoardOptions)
-    mlflow: MlflowOptions = field(default_factory=MlflowOptions)
-    writer: WriterOptions = field(default_factory=WriterOptions)
-    disk: DiskGuardOptions = field(default_factory=DiskGuardOptions)
     flight_recorder: FlightRecorderOptions = field(default_factory=FlightRecorderOptions)
     health: HealthSettings = field(default_factory=HealthSettings)
 

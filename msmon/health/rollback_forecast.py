@@ -13,33 +13,43 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msmon.anomaly import ROLLBACK_DETECTORS
 from msmon.compat.template import CheckpointSaving, checkpoint_saving
-from msmon.config.health import HealthSettings
+from msmon.config.health import ROLLBACK_DETECTORS, HealthSettings, RollbackSettings
 from msmon.health.alert import Alert
 
 
 @dataclass(frozen=True)
+class RollbackTarget:
+    """Where a rollback would have gone: the checkpoint's step, and the data position the next attempt starts at."""
+
+    checkpoint_step: int
+    skip_to: int
+
+
+@dataclass(frozen=True)
 class Forecast:
-    """What a rollback for the alert at ``alert_step`` would have done: ``checkpoint_step`` and ``skip_to`` (the data
-    position the next attempt would start at), or ``refused`` saying why there would have been none."""
+    """What a rollback for the alert at ``alert_step`` would have done (``outcome``: where it would have gone, or why
+    there would have been none)."""
 
     detector: str
     alert_step: int
     onset_step: int
-    checkpoint_step: int | None = None
-    skip_to: int | None = None
-    refused: str | None = None
+    outcome: RollbackTarget | str
 
     def to_json(self) -> dict[str, Any]:
-        return {"onset_step": self.onset_step, "checkpoint_step": self.checkpoint_step, "skip_to": self.skip_to,
-                "refused": self.refused}
+        where: dict[str, int | str | None]
+        if isinstance(self.outcome, RollbackTarget):
+            where = {"checkpoint_step": self.outcome.checkpoint_step, "skip_to": self.outcome.skip_to, "refused": None}
+        else:
+            where = {"checkpoint_step": None, "skip_to": None, "refused": self.outcome}
+        return {"onset_step": self.onset_step, **where}
 
     def describe(self) -> str:
-        if self.refused is not None or self.checkpoint_step is None:
-            return f"no rollback: {self.refused}"
-        return (f"rollback to step {self.checkpoint_step}, skipping the data of steps {self.checkpoint_step + 1}-"
-                f"{self.skip_to}")
+        if not isinstance(self.outcome, RollbackTarget):
+            return f"no rollback: {self.outcome}"
+        target = self.outcome
+        return (f"rollback to step {target.checkpoint_step}, skipping the data of steps {target.checkpoint_step + 1}-"
+                f"{target.skip_to}")
 
 
 def forecast(alerts: Sequence[Alert], settings: HealthSettings, config: Mapping[str, Any] | None) -> list[Forecast]:
@@ -54,28 +64,26 @@ def forecast(alerts: Sequence[Alert], settings: HealthSettings, config: Mapping[
         if alert.detector not in ROLLBACK_DETECTORS or getattr(settings, alert.detector).action != "rollback":
             continue
         onset = alert.onset_step if alert.onset_step is not None else alert.step
-        before = onset - rollback.margin_steps
-        refused = _refused(alert.step, before, saving, skipped_until, done, rollback.max_rollbacks)
-        if refused is not None or saving is None:
-            found.append(Forecast(alert.detector, alert.step, onset, refused=refused))
-            continue
-        done += 1
-        skipped_until = alert.step + rollback.skip_steps
-        found.append(Forecast(alert.detector, alert.step, onset, saving.newest_before(before), skipped_until))
+        outcome = _outcome(alert.step, onset - rollback.margin_steps, saving, skipped_until, done, rollback)
+        if isinstance(outcome, RollbackTarget):
+            done += 1
+            skipped_until = outcome.skip_to
+        found.append(Forecast(alert.detector, alert.step, onset, outcome))
     return found
 
 
-def _refused(step: int, before: int, saving: CheckpointSaving | None, skipped_until: int, done: int,
-             budget: int) -> str | None:
-    """Why the alert at ``step`` would not have rolled back (None: it would have)."""
+def _outcome(step: int, before: int, saving: CheckpointSaving | None, skipped_until: int, done: int,
+             rollback: RollbackSettings) -> RollbackTarget | str:
+    """Where the alert at ``step`` would have rolled back to (a checkpoint saved at ``before`` or earlier), or why it
+    would not have."""
     if step <= skipped_until:
         return "its data would have been skipped by the rollback before"
-    if done >= budget:
-        return f"no rollback left ({done} of {budget})"
+    if done >= rollback.max_rollbacks:
+        return f"no rollback left ({done} of {rollback.max_rollbacks})"
     if saving is None:
         return "the config saves no checkpoint"
     newest = saving.newest_before(before)
     if newest == 0 or newest < saving.oldest_kept(step):
         return (f"no checkpoint kept before step {before} (every {saving.every_steps} steps, the last {saving.keep} "
                 "kept)")
-    return None
+    return RollbackTarget(newest, step + rollback.skip_steps)

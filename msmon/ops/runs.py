@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,27 +23,27 @@ from msmon.util.numbers import as_number
 STALE_AFTER_S = 600.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunInfo:
     """One run as found on disk; ``problems`` lists files that were missing or unreadable."""
 
     path: Path
     project: str
     run: str
-    status: str
-    start: datetime | None = None
-    end: datetime | None = None
-    duration_s: float | None = None
-    last_step: int | None = None
-    last_loss: float | None = None
-    alert_count: int | None = None
-    rollbacks: int = 0  # run.json's rollbacks (health.rollback)
-    heartbeat_age_s: float | None = None
-    stale: bool = False
-    ranks: list[dict[str, Any]] = field(default_factory=list)  # per rank: last step, age, state (heartbeats/)
-    ranks_summary: str = "-"
-    last_modified: float = 0.0
-    problems: list[str] = field(default_factory=list)
+    problems: list[str]
+    status: str  # run.json's; running, or stale when its process is gone or silent; unknown without one
+    stale: bool
+    start: datetime | None
+    end: datetime | None
+    duration_s: float | None
+    last_modified: float
+    heartbeat_age_s: float | None
+    last_step: int | None
+    last_loss: float | None
+    alert_count: int | None
+    rollbacks: int  # run.json's rollbacks (health.rollback)
+    ranks: list[dict[str, Any]]  # per rank: last step, age, state (heartbeats/)
+    ranks_summary: str
 
     def to_json(self) -> dict[str, Any]:
         loss = self.last_loss
@@ -153,39 +153,40 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     heartbeat = first_heartbeat(path)
     rel = path.relative_to(save_dir).parts if path != save_dir else (path.parent.name, path.name)
     project = str((run or {}).get("project_name") or (rel[0] if len(rel) > 1 else "-"))
-    info = RunInfo(path=path, project=project, run=str((run or {}).get("run_name") or path.name), status="unknown")
-    info.problems = problems
     if run is None and "run.json unreadable" not in problems:
         problems.append("no run.json")
-    info.last_modified = last_modified(path)
-    info.start, info.end = _time((run or {}).get("start_time")), _time((run or {}).get("end_time"))
+    modified = last_modified(path)
+    start, end = _time((run or {}).get("start_time")), _time((run or {}).get("end_time"))
     beat = as_number((heartbeat or {}).get("alive"))  # refreshed every second by the rank's own thread
-    info.heartbeat_age_s = now - beat if beat is not None else None
+    heartbeat_age_s = now - beat if beat is not None else None
     metric = last_records(path / layout.METRICS, ("loss", "step"))
-    info.last_loss = as_number(metric.get("loss", {}).get("loss"))
     steps = [(run or {}).get("last_step"), (heartbeat or {}).get("ended"), metric.get("step", {}).get("step")]
     known = [int(s) for s in steps if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)]
-    info.last_step = max(known) if known else None
     ranks = report(path, now)
-    info.ranks = [state.to_json(now) for state in ranks.states]
-    info.ranks_summary = summary(ranks.states)
     alerts = _count_lines(path / layout.ALERTS)
-    info.alert_count = alerts if alerts is not None else (run or {}).get("alert_count")
-    info.rollbacks = len(rollbacks_of(run or {}))
+    status, stale = "unknown", False
     recorded = (run or {}).get("status")
     if recorded == RunStatus.RUNNING or (recorded is None and heartbeat is not None):
-        age = info.heartbeat_age_s
+        age = heartbeat_age_s
         if age is None:
-            age = now - (info.start.timestamp() if info.start else info.last_modified)
-        info.stale = is_stale(heartbeat, run, info.start, age, stale_after_s)
-        info.status = "stale" if info.stale else RunStatus.RUNNING.value
+            age = now - (start.timestamp() if start else modified)
+        stale = is_stale(heartbeat, run, start, age, stale_after_s)
+        status = "stale" if stale else RunStatus.RUNNING.value
     elif isinstance(recorded, str):
-        info.status = recorded
-    if info.start is not None:
-        running = info.status == RunStatus.RUNNING
-        end = info.end.timestamp() if info.end else (now if running else beat or info.last_modified)
-        info.duration_s = max(0.0, end - info.start.timestamp())
-    return info
+        status = recorded
+    duration_s = None
+    if start is not None:
+        finished = end.timestamp() if end else (now if status == RunStatus.RUNNING else beat or modified)
+        duration_s = max(0.0, finished - start.timestamp())
+    return RunInfo(
+        path=path, project=project, run=str((run or {}).get("run_name") or path.name), problems=problems,
+        status=status, stale=stale, start=start, end=end, duration_s=duration_s, last_modified=modified,
+        heartbeat_age_s=heartbeat_age_s, last_step=max(known) if known else None,
+        last_loss=as_number(metric.get("loss", {}).get("loss")),
+        alert_count=alerts if alerts is not None else (run or {}).get("alert_count"),
+        rollbacks=len(rollbacks_of(run or {})), ranks=[state.to_json(now) for state in ranks.states],
+        ranks_summary=summary(ranks.states),
+    )
 
 
 def previous_run(save_dir: Path, run_dir: Path) -> Path | None:

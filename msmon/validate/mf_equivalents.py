@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from msmon.findings import Finding, warning
+from msmon.util.tables import shipped_rows
 from msmon.validate.context import CheckContext
 
 
@@ -18,44 +19,9 @@ class Equivalent:
     note: str
 
 
-EQUIVALENTS: tuple[Equivalent, ...] = (
-    Equivalent("monitor_config.monitor_on", "enable_monitor", "switches mindformers' TrainingStateMonitor on; "
-               "independent of msmon's callback"),
-    Equivalent("monitor_config.step_interval", "log_interval", "how often mindformers' state monitor writes; msmon "
-               "records every log_interval steps"),
-    Equivalent("monitor_config.local_norm_format", "track_metrics: layer_grad_norm", "per-parameter gradient "
-               "norms (mindformers, TensorDump; no CPU kernel) vs per-block norms from the train step's outputs"),
-    Equivalent("monitor_config.device_local_norm_format", "track_metrics: layer_grad_norm", "as local_norm_format, "
-               "summed per device"),
-    Equivalent("monitor_config.local_loss_format", "track_metrics: loss", "per-micro-batch losses vs the step's loss"),
-    Equivalent("monitor_config.device_local_loss_format", "track_metrics: loss", "as local_loss_format, per device"),
-    Equivalent("monitor_config.optimizer_state_format", "-", "per-parameter optimizer state norms (costly)"),
-    Equivalent("monitor_config.weight_state_format", "-", "per-parameter weight norms (costly)"),
-    Equivalent("monitor_config.max_attention_logit_format", "-", "the largest attention logit per layer"),
-    Equivalent("monitor_config.throughput_baseline", "health.throughput_drop", "mindformers logs throughput "
-               "relative to it; msmon alerts on a lasting drop against its own baseline"),
-    Equivalent("monitor_config.print_struct", "-", "prints the network structure once"),
-    Equivalent("monitor_config.check_for_global_norm", "health.grad_explosion", "mindformers stops at the first "
-               "global norm over the threshold; msmon alerts on the trend before it (MS009)"),
-    Equivalent("monitor_config.global_norm_spike_threshold", "health.grad_explosion.absolute_threshold",
-               "the same threshold; msmon's defaults to it (MS009)"),
-    Equivalent("monitor_config.global_norm_spike_count_threshold", "-", "skips in a row before mindformers stops"),
-    Equivalent("monitor_config.health_checkpoint", "health.grad_explosion", "1.9: where the spike settings live"),
-    Equivalent("monitor_config.stable_rank_config", "-", "stable rank of weights"),
-    Equivalent("monitor_config.dump_path", "save_dir", "where mindformers dumps local norms; msmon writes to "
-               "save_dir (MS008)"),
-    Equivalent("monitor_config.target", "-", "which parameters mindformers' state monitor covers"),
-    Equivalent("monitor_config.invert", "-", "inverts target"),
-    Equivalent("tensorboard.tensorboard_dir", "monitor_type: tensorboard", "mindformers' own TensorBoard writer "
-               "(its scalars) vs msmon's backend (msmon's records)"),
-    Equivalent("tensorboard.log_loss_scale_to_tensorboard", "track_metrics: loss_scale", ""),
-    Equivalent("tensorboard.log_timers_to_tensorboard", "track_metrics: step_time_ms", ""),
-    Equivalent("check_for_nan_in_loss_and_grad", "health.nonfinite", "mindformers raises at the first NaN; msmon "
-               "alerts or stops gracefully (MS009)"),
-    Equivalent("use_skip_data_by_global_norm", "health.grad_explosion", "mindformers skips the update; msmon "
-               "records and alerts (MS009)"),
-    Equivalent("callbacks: MFLossMonitor", "track_metrics: loss, learning_rate, throughput", "mindformers' step "
-               "log line; msmon's loss equals its printed loss"),
+#: mf_equivalents.toml: one row a key.
+EQUIVALENTS: tuple[Equivalent, ...] = tuple(
+    Equivalent(row["key"], row["msmon"], row["note"]) for row in shipped_rows(__file__, "equivalent")
 )
 
 

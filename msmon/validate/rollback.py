@@ -3,9 +3,8 @@ and keeps them long enough that one still lies before an anomaly's onset when th
 
 from __future__ import annotations
 
-from msmon.anomaly import ROLLBACK_DETECTORS
 from msmon.compat.template import checkpoint_saving
-from msmon.config.health import HealthSettings
+from msmon.config.health import ROLLBACK_DETECTORS, HealthSettings
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 
