@@ -22,6 +22,7 @@ from msmon.config.schema import MonitorSettings
 from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import StepProgress
 from msmon.ops.ranks import diagnose, rank_states, read_heartbeats, summary
+from msmon.ops.ranks import report as ranks_report
 from msmon.runner import stacks
 from msmon.runner.rank_watch import RankWatcher
 
@@ -289,6 +290,24 @@ def test_the_watcher_raises_one_stall_alert_naming_the_rank(tmp_path: Path) -> N
     assert len(found) == 1 and found[0]["detector"] == "stall" and found[0]["step"] == 20
     assert "rank 1 has not begun step 21" in found[0]["message"] and found[0]["values"]["stuck_ranks"] == [1]
     assert watch.alert_count == 1 and stopped == []
+
+
+def test_the_stall_names_the_last_step_the_records_and_heartbeats_say_ended(tmp_path: Path) -> None:
+    """A process frozen just after a log keeps a heartbeat up to a second old: it said "last step 43 ended" while step
+    50 was logged after it. The alert and `msmon status` name step 50 and its time."""
+    stopped: list[str] = []
+    watch = watcher(tmp_path, stopped)
+    now = time.time()
+    write_beats(tmp_path, {0: beat(44, 43, now, alive_age=20.0, ended_ago=20.0, step_seconds=[0.02])})
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 50, "time": now - 19.5, "rank": 0, "loss": 2.0}) + "\n")
+    watch.poll()
+    found = alerts(tmp_path)
+    assert [a["step"] for a in found] == [50], found
+    assert "last step 50 ended" in found[0]["message"] and found[0]["values"]["last_step_time"] == now - 19.5
+    state = ranks_report(tmp_path, now).states[0]
+    assert (state.ended, state.ended_time) == (50, now - 19.5)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 40, "time": now - 21, "rank": 0}) + "\n")
+    assert ranks_report(tmp_path, now).states[0].ended == 43  # an older record changes nothing
 
 
 def test_the_watcher_is_quiet_once_every_planned_step_has_ended(tmp_path: Path) -> None:

@@ -121,6 +121,11 @@ def test_an_interrupted_quickstart_continues_with_resume_and_no_extra_keys(tmp_p
     assert info["status"] == "completed" and info["last_step"] == interrupted.steps
     assert [(a["status"], a["reason"], a["resumed_from_step"]) for a in info["attempts"]] == [
         ("interrupted", "start", None), ("completed", "resume", point.step)]
+    recorded = (run_dir / "run.json").read_bytes()
+    again = run_msmon("resume", str(run_dir), cwd=tmp_path)  # a completed run: refused, its record untouched
+    assert again.code == 1 and f"completed at step {interrupted.steps}; nothing to resume" in again.stderr
+    assert "runner_config.epochs=2" in again.stderr and "Traceback" not in again.stderr
+    assert (run_dir / "run.json").read_bytes() == recorded
 
 
 def test_a_killed_mcore_training_interrupted_in_its_back_off_is_finished_by_msmon_resume(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from conftest import tree_snapshot
 from helpers_checkpoints import checkpoint_tree, cut, write_ckpt, write_safetensors
 from helpers_training import QUICKSTARTS, quickstart_parts, write_quickstart_config
 
@@ -172,6 +173,31 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
     assert info["layout"]["world_size"] == 1 and not list(plan.run_dir.glob("run.previous-*"))
     assert [json.loads(x)["step"] for x in (plan.run_dir / "metrics.jsonl").read_text().splitlines()] == [10]
     assert (plan.run_dir / "metrics.attempt-1.jsonl").read_text() == '{"step": 20}\n'
+
+
+def test_a_completed_run_is_not_resumed_and_more_steps_train_it_further(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`msmon resume` of a completed run started a training that failed at once and turned the run.json of a good
+    run into a failed one; now it refuses (exit 1) and changes nothing, and says how to train further."""
+    monkeypatch.chdir(tmp_path)
+    config = write_quickstart_config(tmp_path, steps=10, run_name="done")
+    _, plan = prepare(RunRequest(config=str(config)))
+    assert plan is not None
+    run = Run(plan, say=lambda line: None, view=ViewOptions())
+    run.create()
+    run.finish(RunStatus.COMPLETED)
+    info = runinfo.read_run_info(plan.run_dir)
+    runinfo.write_run_info(plan.run_dir, {**info, "last_step": 10})
+    checkpoint_tree(plan.run_dir, [10])
+    before = tree_snapshot(plan.run_dir)
+    with pytest.raises(MsmonError, match=r"done completed at step 10; nothing to resume") as refused:
+        prepare(RunRequest(config=str(config), resume=True))
+    assert refused.value.exit_code == 1
+    assert f"msmon run {config} --resume runner_config.epochs=2" in (refused.value.hint or "")
+    assert tree_snapshot(plan.run_dir) == before
+    _, further = prepare(RunRequest(config=str(config), overrides=["runner_config.epochs=2"], resume=True))
+    assert further is not None and further.resume_point is not None and further.resume_point.step == 10
 
 
 def test_the_restart_policy() -> None:

@@ -154,6 +154,8 @@ def test_runs_and_status_show_every_rank(save: Path) -> None:
     (run_dir / "heartbeats").mkdir()
     for rank, beat in beats.items():
         (run_dir / "heartbeats" / f"rank_{rank}.json").write_text(json.dumps(beat))
+    # the records end before the heartbeats' step (a newer record would name the last step that ended: its own)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 10, "time": now - 50, "rank": 0, "loss": 2.0}) + "\n")
     env = {**os.environ, "NO_COLOR": "1"}
     table = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save)], capture_output=True, text=True,
                            env=env, timeout=60)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import string
+import uuid
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,52 @@ def test_random_ports_names_and_overrides_never_make_an_internal_error(tmp_path:
         result.exception)
     assert "Traceback" not in result.output and "internal error" not in result.output
     assert list(tmp_path.iterdir()) == [path]  # a dry run creates nothing
+
+
+SHM = "/dev/shm"  # noqa: S108 - a tmpfs: each example's directory there is removed at its end
+SAVE_DIR_BASES = ["{tmp}", "{tmp}/file", "/proc", "/proc/self", "/proc/self/fd/0", "/sys/kernel", "/dev", "/dev/null",
+                  SHM + "/{unique}", "relative", ".", "~"]
+save_dir_parts = st.lists(st.sampled_from(["x", "..", ".", "a" * 300, "監控", "y" * 120, "-n", "$HOME", "${now:%Y}",
+                                           "file", "fd", "0"]), max_size=3)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.sampled_from(SAVE_DIR_BASES), parts=save_dir_parts)
+@example(base="/proc", parts=[])  # found by a new user: valid, then an internal error creating /proc/<project>
+@example(base="/sys/kernel", parts=["x"])
+@example(base="{tmp}", parts=["a" * 300])  # ENAMETOOLONG from Path.exists: an internal error before
+def test_random_save_dirs_are_judged_by_what_they_are(tmp_path: Path, monkeypatch, base: str,
+                                                        parts: list[str]) -> None:
+    """Any save_dir: validate never makes an internal error, and a save_dir it accepts under the test's own
+    directory is one msmon can create the run directory in (else a one-line MsmonError)."""
+    from msmon.config.loader import load_config
+    from msmon.errors import MsmonError
+    from msmon.runner.rundir import create_run_dir
+    from msmon.validate.validator import validate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    unique = f"msmon-fuzz-{tmp_path.name}"
+    save_dir = "/".join([base.format(tmp=tmp_path, unique=unique), *parts])
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"monitor_config": {"run_name": "r1", "save_dir": save_dir}}))
+    _invoke(path)
+    result = validate(load_config(path))
+    resolved = (tmp_path / Path(save_dir).expanduser()).resolve()
+    if result.valid and resolved.is_relative_to(tmp_path):
+        try:  # a fresh run directory each example: a failure here is msmon's one-line error, never an exception
+            create_run_dir(resolved / "p" / uuid.uuid4().hex)
+        except MsmonError as exc:
+            assert exc.message.startswith("cannot create the run directory"), exc.message
+    shutil.rmtree(f"{SHM}/{unique}", ignore_errors=True)
+
+
+@pytest.mark.parametrize("save_dir", ["/proc", "/proc/self/x", "/sys/kernel/x", "/dev/x"])
+def test_a_save_dir_on_a_kernel_file_system_is_refused_before_the_run(tmp_path: Path, save_dir: str) -> None:
+    """Found by a new user: validate called save_dir /proc valid, then `msmon run` died with an internal error."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"run_mode": "train", "monitor_config": {"run_name": "r1", "save_dir": save_dir}}))
+    for command in (["validate", str(path)], ["run", str(path), "--plain"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1 and "lies on the kernel's" in result.output, result.output
+        assert "internal error" not in result.output

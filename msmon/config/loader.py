@@ -111,7 +111,7 @@ def config_file(path: str | os.PathLike[str]) -> Path:
     """The file a CONFIG argument names: the path itself, or a shipped quickstart's file when ``path`` is its name
     and no such file exists here (a file of that name in the working directory wins)."""
     file = Path(path)
-    if not file.exists() and str(path) in quickstart_names():
+    if not os.path.exists(file) and str(path) in quickstart_names():
         return QUICKSTARTS_DIR / f"{path}.yaml"
     return file
 
@@ -124,10 +124,10 @@ def is_quickstart(path: str | os.PathLike[str]) -> bool:
 def read_config_text(path: str | os.PathLike[str]) -> str:
     """The file's text, or MsmonError naming the file and the fix."""
     file = Path(path)
-    if not file.exists():
+    if not os.path.exists(file):
         builtin = ", ".join(quickstart_names())
         raise MsmonError(f"{file}: no such file", f"check the path of the config, or run a built-in one: {builtin}")
-    if file.is_dir():
+    if os.path.isdir(file):
         raise MsmonError(f"{file}: is a directory, not a YAML file", "pass the training YAML inside it")
     try:
         if file.stat().st_size > MAX_CONFIG_BYTES:

@@ -13,12 +13,13 @@ from msmon import layout
 from msmon.step_cost import StepCost
 from msmon.util import procs
 from msmon.util.durations import format_duration
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import read_json_object, read_jsonl_tail
 from msmon.util.numbers import as_number
 
 UNRESPONSIVE_S = 10.0  # a rank rewrites its heartbeat every second: one this old means a stopped or frozen process
 LIVE = ("starting", "training")
 MAX_LISTED = 8  # ranks named in one line; the rest are counted
+RECORD_TAIL_BYTES = 65536  # the end of metrics.jsonl read for its last record
 
 
 @dataclass
@@ -74,6 +75,30 @@ def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
         except (OSError, ValueError):
             continue
     return found
+
+
+def last_record(run_dir: Path) -> dict[str, Any] | None:
+    """The last complete record of the run's ``metrics.jsonl`` (None without one)."""
+    try:
+        rows = read_jsonl_tail(run_dir / layout.METRICS, RECORD_TAIL_BYTES).rows
+    except OSError:
+        return None
+    return rows[-1] if rows else None
+
+
+def with_record(beats: dict[int, dict[str, Any]], record: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """The heartbeats with the step of the last logged record as its rank's last ended step where the heartbeat is
+    older: a heartbeat is rewritten once a second, so a process frozen (SIGSTOP) just after a log keeps one that
+    names an earlier step; the records and heartbeats together say which step ended last."""
+    step, wall = (record or {}).get("step"), as_number((record or {}).get("time"))
+    rank = (record or {}).get("rank", 0)
+    beat = beats.get(rank) if isinstance(rank, int) else None
+    if (beat is None or not isinstance(step, int) or wall is None or step <= _int(beat.get("ended"))
+            or wall <= (as_number(beat.get("ended_time")) or 0.0)):
+        return beats
+    begun = max(_int(beat.get("begun")), step)
+    return {**beats, rank: {**beat, "ended": step, "ended_time": wall, "begun": begun,
+                            "begun_time": beat.get("begun_time") if begun > step else wall}}
 
 
 def _int(value: Any) -> int:
@@ -217,7 +242,7 @@ STILL_S = 10.0  # msmon status explains a run whose ranks have not ended a step 
 def report(run_dir: Path, now: float | None = None) -> RankReport:
     """The per-rank table of ``msmon status`` (heartbeats of another machine's ranks only on a shared run directory)."""
     now = time.time() if now is None else now
-    beats = read_heartbeats(run_dir)
+    beats = with_record(read_heartbeats(run_dir), last_record(run_dir))
     states = rank_states(beats, now, stopped=stopped_here(beats))
     ends = [s.ended_time for s in states if s.ended_time is not None]
     idle = now - max(ends) if ends else None

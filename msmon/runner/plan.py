@@ -18,7 +18,7 @@ from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
 from msmon.runner.launch_command import check_command, msrun_ranks
-from msmon.runner.resume import ResumePoint, resume_point
+from msmon.runner.resume import ResumePoint, further_command, resume_point
 from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
 
@@ -246,6 +246,7 @@ def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationRes
         return result, None
     plan = make_plan(request, result, loaded, cwd)
     if request.resume:
-        plan.resume_point = resume_point(plan.run_dir, training=plan.training, world_size=request.worker_num or 1,
-                                         joins_run=request.joins_run)
+        plan.resume_point = resume_point(
+            plan.run_dir, training=plan.training, world_size=request.worker_num or 1, total_steps=result.total_steps,
+            further=further_command(request.config, request.overrides, plan.training), joins_run=request.joins_run)
     return result, plan

@@ -33,7 +33,7 @@ from msmon.health import HealthMonitor, make_sinks
 from msmon.health.alert import Signal
 from msmon.health.detectors.nonfinite import NonFiniteDetector
 from msmon.health.rank_costs import RankCosts, RankReport
-from msmon.ops.ranks import LIVE, diagnose, rank_states, ranks_text, read_heartbeats
+from msmon.ops.ranks import LIVE, diagnose, last_record, rank_states, ranks_text, read_heartbeats, with_record
 from msmon.runner import stacks
 from msmon.step_cost import StepCost
 from msmon.util.atomic import atomic_write_json
@@ -162,20 +162,32 @@ class RankWatcher:
         if self.monitor is None or any(beat.get("state") not in LIVE for beat in beats.values()):
             return  # a rank has ended: the run is ending, not hung
         now = time.time()
+        if self._stall(self.monitor, beats, now) is None:
+            return
+        beats = with_record(beats, last_record(self.run_dir))  # the records may know a later step (read when due)
+        stall = self._stall(self.monitor, beats, now)
+        if stall is None:
+            return
+        idle, last_step, last_wall, seconds = stall
+        detail, values = self._where(beats, local, now)
+        self.monitor.check_stall(idle, last_step, last_wall, seconds, now, detail, values)
+
+    def _stall(self, monitor: HealthMonitor, beats: dict[int, dict[str, Any]],
+               now: float) -> tuple[float, int | None, float | None, list[float]] | None:
+        """(idle seconds, the last step that ended, when, recent step seconds) when the stall is due, else None."""
         states = rank_states(beats, now)
         ends = [(s.ended, s.ended_time) for s in states if s.ended and s.ended_time is not None]
         last_step = max((step for step, _ in ends), default=None)
         last_wall = max((wall for _, wall in ends), default=None)
         totals = [b["total_steps"] for b in beats.values() if isinstance(b.get("total_steps"), int)]
         if last_step is not None and totals and min(s.ended for s in states) >= max(totals):
-            return  # every planned step has ended: closing may take a while
+            return None  # every planned step has ended: closing may take a while
         idle = now - (last_wall if last_wall is not None else self._started)
         recent = self.health.stall.recent
         seconds = sorted(s for b in beats.values() for s in (b.get("step_seconds") or [])[-recent:])
-        if self.monitor.stall_due(idle, last_step, seconds) is None:
-            return
-        detail, values = self._where(beats, local, now)
-        self.monitor.check_stall(idle, last_step, last_wall, seconds, now, detail, values)
+        if monitor.stall_due(idle, last_step, seconds) is None:
+            return None
+        return idle, last_step, last_wall, seconds
 
     def _where(self, beats: dict[int, dict[str, Any]], local: dict[int, psutil.Process],
                now: float) -> tuple[str, dict[str, Any]]:

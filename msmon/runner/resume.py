@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.jsonfiles import read_json_object
 from msmon.util.mapping import dotted_get
+from msmon.util.numbers import positive_int
 
 logger = logging.getLogger("msmon")
 
@@ -255,9 +256,30 @@ def still_running(info: Mapping[str, Any]) -> bool:
     return any("msmon" in part for part in procs.cmdline(psutil.Process(int(pid))))  # type: ignore[arg-type]
 
 
-def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
-                 joins_run: bool = False) -> ResumePoint:
-    """The checkpoint the run at ``run_dir`` resumes from; MsmonError saying why there is none that fits."""
+def check_not_completed(info: Mapping[str, Any], run_dir: Path, *, total_steps: int | None,
+                        further: str) -> None:
+    """MsmonError (exit 1) when the run completed and the plan (``total_steps``) has no step past its last one;
+    ``further``: the command that trains it further (the hint)."""
+    if info.get("status") != RunStatus.COMPLETED:
+        return
+    last = info.get("last_step")
+    if isinstance(last, int) and total_steps is not None and total_steps > last:
+        return
+    raise MsmonError(f"run {run_dir} completed at step {last}; nothing to resume",
+                     f"to train it further, give it more steps and resume it: {further}")
+
+
+def further_command(config: str, overrides: Sequence[str], training: Mapping[str, Any]) -> str:
+    """The `msmon run` line that trains a completed run one more epoch, in its own run directory."""
+    more = (positive_int(dotted_get(training, "runner_config.epochs")) or 1) + 1
+    kept = [item for item in overrides if not item.startswith("runner_config.epochs=")]
+    return " ".join(["msmon run", config, *kept, "--resume", f"runner_config.epochs={more}"])
+
+
+def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int, total_steps: int | None,
+                 further: str, joins_run: bool = False) -> ResumePoint:
+    """The checkpoint the run at ``run_dir`` resumes from; MsmonError saying why there is none that fits (a completed
+    run whose plan has no step past its end: ``check_not_completed``)."""
     info = recorded_info(run_dir)
     if not joins_run:  # node 0 owns run.json; the other machines of a multi-machine run join the directory
         if info is None and not run_dir.is_dir():
@@ -268,6 +290,7 @@ def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
         if still_running(info):
             raise MsmonError(f"run {run_dir} is still running (msmon pid {info.get('pid')})",
                              "stop it first (Ctrl-C in its terminal), or watch it with `msmon runs`")
+        check_not_completed(info, run_dir, total_steps=total_steps, further=further)
     point = latest_checkpoint(run_dir)
     if point is None:
         hint = ("add a CheckpointMonitor callback to the config (save_checkpoint_steps) so a run can be resumed"

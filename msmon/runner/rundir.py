@@ -18,7 +18,7 @@ import yaml
 from msmon import layout
 from msmon.config.loader import LoadedConfig, apply_overrides
 from msmon.config.mindformers_yaml import mindformers_config, render
-from msmon.errors import MsmonError
+from msmon.errors import MsmonError, describe
 from msmon.util.atomic import atomic_write_text
 from msmon.util.files import subdirs
 
@@ -38,8 +38,8 @@ def create_run_dir(path: Path, *, resume: bool = False) -> bool:
 
     An existing directory is refused unless ``resume``.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(path)
     except FileExistsError:
         if resume and path.is_dir():
@@ -49,6 +49,9 @@ def create_run_dir(path: Path, *, resume: bool = False) -> bool:
             f"run directory {path} already exists (another run with this run_name started first)",
             "pick another run_name (or 'auto'), or continue that run with --resume",
         ) from None
+    except OSError as exc:
+        raise MsmonError(f"cannot create the run directory {path}: {describe(exc)}",
+                         "choose a writable monitor_config.save_dir on a disk") from None
     (path / LOGS).mkdir()
     return True
 

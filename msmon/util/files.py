@@ -1,4 +1,4 @@
-"""File-system helpers: msmon's home, an advisory lock, sizes, the tail of a log file."""
+"""File-system helpers: msmon's home, an advisory lock, sizes, the tail of a log file, the file system a path is on."""
 
 from __future__ import annotations
 
@@ -65,6 +65,34 @@ def subdirs(path: Path) -> list[Path]:
         return sorted(Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
     except OSError:
         return []
+
+
+#: Kernel file systems that look like directories but hold no files of a program's (Linux's pseudo file systems).
+PSEUDO_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore", "bpf",
+    "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "autofs", "rpc_pipefs", "nsfs", "selinuxfs",
+})
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The type of the file system mounted where ``path`` (an existing path) lies, as the kernel names it
+    (``ext4``, ``tmpfs``, ``proc``, ...); None where that cannot be read (no ``/proc/self/mountinfo``)."""
+    try:
+        lines = MOUNTINFO.read_text(encoding="utf-8", errors="replace").splitlines()
+        real = os.path.realpath(path)
+    except OSError:
+        return None
+    best, found = "", None
+    for line in lines:
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        mount = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, found = mount, line.split(" - ", 1)[1].split()[0]
+    return found
 
 
 class LineFile:

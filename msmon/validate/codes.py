@@ -29,7 +29,8 @@ CODES: dict[str, str] = {
     "MS201": "with the mindinsight backend, save_dir's resolved path has non-ASCII characters (MindInsight's log "
     "parser cannot load them)",
     "MS202": "save_dir is empty or has whitespace or control characters",
-    "MS203": "save_dir is a file, or cannot be written or created",
+    "MS203": "save_dir is a file, on a kernel file system (/proc, /sys, /dev), has a name too long, or cannot be "
+             "written or created",
     "MS204": "warning: free disk under save_dir is below disk.min_free_mb",
     "MS301": "unknown metric name in track_metrics",
     "MS302": "a tracked metric is not produced by this training config (the flat-zero-line trap); a warning when "

@@ -7,6 +7,7 @@ the model was built: an error before anything starts. Remote paths (``obs://``, 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def _judge(ctx: CheckContext, key: str, what: str, value: str) -> Finding | None
         return None  # a weight of the blend
     path = Path(value).expanduser()
     path = path if path.is_absolute() else ctx.cwd / path
-    if not path.exists() and not (key == MEGATRON_PATHS and path.with_name(path.name + ".bin").exists()):
+    if not os.path.exists(path) and not (key == MEGATRON_PATHS and os.path.exists(path.with_name(path.name + ".bin"))):
         return error("MS011", key, f"{key} {str(path)!r} does not exist: {what} cannot be read when the training "
                      "starts", f"fix the path of {key} (relative paths count from {ctx.cwd})")
     return None

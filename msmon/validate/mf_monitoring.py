@@ -9,6 +9,7 @@ What mindformers does (core/callback/callback.py ``TrainingStateMonitor``, train
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,10 @@ def check_dump_path(ctx: CheckContext) -> list[Finding]:
         return []
     path = Path(value).expanduser()
     path = path if path.is_absolute() else ctx.cwd / path
-    if path.is_file():
+    if os.path.isfile(path):
         return [error("MS008", where, f"dump_path {value!r} is a file: mindformers creates rank_N directories in it",
                       "point dump_path at a new, empty directory")]
-    if not path.is_dir():
+    if not os.path.isdir(path):
         return []
     entries = sorted(path.iterdir())
     doomed = {p.name: _foreign(p) for p in entries if p.is_dir() and RANK_DIR.match(p.name)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from msmon.findings import Finding, error
@@ -61,7 +62,7 @@ def check_names(ctx: CheckContext) -> list[Finding]:
     if findings or not ctx.settings.run_name:
         return findings
     run_dir = ctx.save_dir() / ctx.settings.project_name / ctx.settings.run_name
-    if not ctx.resume and run_dir.is_dir() and any(run_dir.iterdir()):
+    if not ctx.resume and os.path.isdir(run_dir) and any(run_dir.iterdir()):
         findings.append(
             error(
                 "MS103",

@@ -1,4 +1,5 @@
-"""save_dir: ASCII, no whitespace, writable or creatable, enough free disk (MS2xx)."""
+"""save_dir: ASCII, no whitespace, a directory on a disk (not a kernel pseudo file system) that is writable or
+creatable, enough free disk (MS2xx)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from msmon.findings import Finding, error, warning
+from msmon.util.files import PSEUDO_FILESYSTEMS, filesystem_type
 from msmon.validate.context import CheckContext
 
 PATH = "monitor_config.save_dir"
@@ -14,9 +16,17 @@ PATH = "monitor_config.save_dir"
 
 def _existing_ancestor(path: Path) -> Path:
     current = path
-    while not current.exists() and current != current.parent:
+    while not os.path.exists(current) and current != current.parent:  # False for a name too long, unlike Path
         current = current.parent
     return current
+
+
+def name_max(directory: Path) -> int:
+    """The longest file name (bytes) the file system of ``directory`` takes (255 where it does not say)."""
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def free_space_mb(path: Path) -> float:
@@ -52,10 +62,18 @@ def check_save_dir(ctx: CheckContext) -> list[Finding]:
         ]
     path = ctx.save_dir()
     ancestor = _existing_ancestor(path)
-    if path.exists() and not path.is_dir():
+    too_long = next((part for part in path.parts if len(os.fsencode(part)) > name_max(ancestor)), None)
+    if too_long is not None:
+        return [error("MS203", PATH, f"save_dir {str(path)[:60]}...: the name {too_long[:20]}... is longer than the "
+                      f"{name_max(ancestor)} bytes a file name may have there", "use shorter directory names")]
+    if os.path.exists(path) and not os.path.isdir(path):
         return [error("MS203", PATH, f"save_dir {path} exists and is not a directory", "point save_dir to a directory")]
     if not ancestor.is_dir():
         return [error("MS203", PATH, f"save_dir {path} cannot be created: {ancestor} is a file", "fix the path")]
+    kind = filesystem_type(ancestor)
+    if kind in PSEUDO_FILESYSTEMS:
+        return [error("MS203", PATH, f"save_dir {path} lies on the kernel's {kind} file system ({ancestor}), which "
+                      "holds no files of a program's", "choose a directory on a disk, e.g. ./monitor_logs")]
     if not os.access(ancestor, os.W_OK | os.X_OK):
         what = "is not writable" if ancestor == path else f"cannot be created: {ancestor} is not writable"
         return [error("MS203", PATH, f"save_dir {path} {what}", "choose a writable directory or fix its permissions")]
