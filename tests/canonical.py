@@ -381,6 +381,26 @@ def interrupted_legacy(work: Workspace) -> dict[str, Any]:
     return work.result(run, "legacy", steps, interval, seen=seen, left_behind=left)
 
 
+def _lr_50(work: Workspace, model: str) -> dict[str, Any]:
+    """A peak learning rate of 50 typed on the command line (``lr_schedule.learning_rate=50``, as a new user tried):
+    the quickstart is wrong from its first step (the loss far above chance level, the grad norm absurd) and stays
+    finite. 60 steps, every other step logged, the file backend."""
+    steps, interval = 60, 2
+    config = work.config(model, steps, log_interval=interval, monitor_type=["file"],
+                         track_metrics=["loss", "grad_norm", "learning_rate", "global_step", "step_time_ms"])
+    run = work.start("run", str(config), "--plain", "lr_schedule.learning_rate=50")
+    run.finish()
+    return work.result(run, model, steps, interval)
+
+
+def lr_50_legacy(work: Workspace) -> dict[str, Any]:
+    return _lr_50(work, "legacy")
+
+
+def lr_50_mcore(work: Workspace) -> dict[str, Any]:
+    return _lr_50(work, "mcore")
+
+
 def _failed_compile(work: Workspace, model: str) -> dict[str, Any]:
     """A graph that cannot compile (the model's sequence is half the data's), started in an empty working
     directory, with restarts allowed (a failure before the first step is never restarted) and the report."""
@@ -409,6 +429,8 @@ CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "diverged_stop_legacy": diverged_stop_legacy,
     "diverged_alert_mcore": diverged_alert_mcore,
     "interrupted_legacy": interrupted_legacy,
+    "lr_50_legacy": lr_50_legacy,
+    "lr_50_mcore": lr_50_mcore,
     "failed_compile_legacy": failed_compile_legacy,
     "failed_compile_mcore": failed_compile_mcore,
 }

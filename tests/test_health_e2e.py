@@ -94,3 +94,17 @@ def test_stop_action_ends_the_run_gracefully_with_exit_4(canonical):
     assert [(a["step"], a["detector"], a["action"]) for a in received] == [(first["step"], "dead_series", "stop")]
     hooked = [json.loads(line) for line in Path(run.extra["command_hook"]).read_text().splitlines() if line]
     assert [(a["step"], a["detector"]) for a in hooked] == [(first["step"], "dead_series")]
+
+
+@pytest.mark.parametrize("name", ["lr_50_legacy", "lr_50_mcore"])
+def test_replay_of_a_run_started_with_overrides_recomputes_its_live_alerts(canonical, name, tmp_path):
+    """A run started with lr_schedule.learning_rate=50 was replayed against its YAML's peak ("learning rate 22.5 is
+    above the configured peak 0.005"): replay reads the config the run trained with."""
+    run = canonical(name)
+    assert run.code == 0, run.output[-2000:]
+    replayed = run_msmon("replay", str(run.run_dir), "--json", cwd=tmp_path)
+    assert replayed.code == 0, replayed.stderr
+    key = ("step", "detector", "severity", "message")
+    live = [{k: a[k] for k in key} for a in run.alerts() if a["detector"] != "stall"]
+    assert [{k: a[k] for k in key} for a in json.loads(replayed.stdout)] == live
+    assert "above the configured peak" not in replayed.stdout

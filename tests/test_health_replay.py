@@ -77,6 +77,22 @@ def test_run_directory_uses_its_own_settings_and_schedule(tmp_path):
         replay(run)
 
 
+def test_a_run_directory_is_replayed_with_the_config_it_trained_with(tmp_path):
+    """A run started with lr_schedule.learning_rate=50 on the command line was replayed against its YAML's peak
+    ("learning rate 22.5 is above the configured peak 0.005"); the run's mindformers.yaml holds what it trained with."""
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"step": s, "time": 1000.0 + s, "loss": 1.0 + 0.01 * (s % 3), "learning_rate": 22.5}
+               for s in range(1, 11)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (run / "config.yaml").write_text("lr_schedule:\n  type: ConstantWarmUpLR\n  learning_rate: 5.e-3\n")
+    alerts, _, _ = replay(run)
+    assert [a.values["check"] for a in alerts] == ["above_peak"]  # the control: the YAML alone
+    (run / "mindformers.yaml").write_text("lr_schedule:\n  type: ConstantWarmUpLR\n  learning_rate: 50\n")
+    alerts, _, _ = replay(run)
+    assert alerts == []
+
+
 def test_cli_prints_alerts_in_step_order_and_json(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"step": 1, "loss": 2.0, "grad_norm": 1.0}\n{"step": 2, "loss": NaN, "grad_norm": "Infinity"}\n'

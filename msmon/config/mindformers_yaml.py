@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from msmon import layout
 from msmon.config.loader import LoadedConfig
 from msmon.config.split import split_monitor_config
 from msmon.errors import MsmonError
@@ -43,6 +44,16 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     if loaded.path is not None and "base_config" in training:
         training["base_config"] = _absolute(training["base_config"], Path(loaded.path).absolute().parent)
     return training
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any] | None:
+    """The config a run trained with: its ``mindformers.yaml`` (overrides applied, as the training read it), None
+    when the run directory has none or it is unreadable."""
+    try:
+        data = yaml.safe_load((run_dir / layout.MINDFORMERS_YAML).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def check_run_mode(mode: Any) -> None:

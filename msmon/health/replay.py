@@ -12,6 +12,7 @@ import yaml
 from msmon import layout
 from msmon.config.coerce import build
 from msmon.config.health import HealthSettings
+from msmon.config.mindformers_yaml import read_run_config
 from msmon.errors import MsmonError
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
@@ -139,7 +140,7 @@ def run_dir_inputs(run_dir: Path) -> tuple[Path, HealthSettings, dict[str, Any],
     section = resolved.get("monitor_config", resolved)
     section = section.get("health") if isinstance(section, dict) else None
     settings = health_settings(section, str(run_dir / layout.RESOLVED_MONITOR))
-    config = _training_config(run_dir / layout.CONFIG_SNAPSHOT)
+    config = read_run_config(run_dir) or _training_config(run_dir / layout.CONFIG_SNAPSHOT)  # the live run's own
     total = None
     try:
         total = read_json_object(run_dir / layout.RUN_JSON).get("total_steps")
