@@ -75,6 +75,8 @@ def make_run(root: Path, name: str, steps: int = 300, every: int = 10, lr: float
           run_name: {name}
           token: ${{oc.env:TOKEN}}
         """))
+    resolved = f"enable_monitor: true\nrun_name: {name}\nlog_interval: {every}\n"
+    (run / "monitor_config.resolved.yaml").write_text(resolved)
     return run
 
 
@@ -251,7 +253,8 @@ def test_compare_cli_terminal_tables_and_html(tmp_path: Path) -> None:
     a = make_run(tmp_path, "a")
     b = make_run(tmp_path, "b", lr=1e-3, seed=3, alerts=False)
     comparison = compare_runs([a, b])
-    assert [k for k, _ in comparison.diff] == ["lr_schedule.learning_rate", "seed", "monitor_config.run_name"]
+    assert [k for k, _ in comparison.diff] == ["lr_schedule.learning_rate", "seed"]  # the config that trained
+    assert [k for k, _ in comparison.monitor_diff] == ["monitor_config.run_name"]  # msmon's keys, apart
     assert comparison.summaries[1].best_loss == min(v for v in load_run(b).series("loss")[1] if math.isfinite(v))
     result = run_msmon("compare", str(a), str(b), env={"COLUMNS": "160"})
     assert result.code == 0, result.stderr
@@ -274,7 +277,38 @@ def test_overrides_of_the_run_command_count_as_config(tmp_path: Path) -> None:
     (b / "run.json").write_text(json.dumps({**info, "command": command}))
     run = load_run(b)
     assert run.config is not None and run.config["seed"] == 9 and run.config["lr_schedule"]["learning_rate"] == 0.01
-    assert [k for k, _ in compare_runs([a, b]).diff] == ["lr_schedule.learning_rate", "seed", "monitor_config.run_name"]
+    assert [k for k, _ in compare_runs([a, b]).diff] == ["lr_schedule.learning_rate", "seed"]
+
+
+def test_compare_of_the_same_training_from_a_yaml_and_its_export_lists_no_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two identical trainings, one from the quickstart and one from its `msmon export` (interpolations resolved,
+    msmon's keys removed), were 24 differing keys; now the configs that trained are identical and msmon's keys are
+    shown apart. Piped in 80 columns both run names were cut to `llama_...`: no name is cut."""
+    from msmon.runner.plan import RunRequest, prepare
+    from msmon.runner.protocol import ViewOptions
+    from msmon.runner.supervise import Run
+    from msmon.status import RunStatus
+
+    monkeypatch.chdir(tmp_path)
+    exported = tmp_path / "exported.yaml"
+    assert run_msmon("export", "quickstart", "-o", str(exported), cwd=tmp_path).code == 0
+    names = ("llama_tiny_20261203_210338", "llama_tiny_20261203_210339")
+    runs = []
+    for config, name in zip(("quickstart", str(exported)), names, strict=True):
+        _, plan = prepare(RunRequest(config=config, overrides=[f"monitor_config.run_name={name}",
+                                                                "monitor_config.save_dir=./logs"]))
+        assert plan is not None
+        run = Run(plan, say=lambda line: None, view=ViewOptions())
+        run.create()
+        run.finish(RunStatus.COMPLETED)
+        runs.append(plan.run_dir)
+    comparison = compare_runs(runs)
+    assert comparison.diff == [] and comparison.no_diff_text() == "The configs that trained are identical."
+    assert ("monitor_config.run_name", list(names)) in comparison.monitor_diff
+    result = run_msmon("compare", *map(str, runs), env={"COLUMNS": "80"})
+    assert result.code == 0, result.stderr
+    assert all(result.stdout.count(name) >= 2 for name in names) and "…" not in result.stdout, result.stdout
 
 
 # --- live view ------------------------------------------------------------------------------------------------

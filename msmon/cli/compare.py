@@ -16,27 +16,36 @@ if TYPE_CHECKING:
 
 
 def _print_tables(comparison: Comparison) -> None:
+    """The summary and the differing keys. Every column folds (no run name or key is ever cut) and a run's name
+    keeps its width where the terminal has room for one per run."""
     from rich.table import Table
 
     from msmon.view.compare import SUMMARY_HEADERS, show_value, summary_cells
 
     console = stdout_console()
+    name_width = min(max(map(len, comparison.labels)), console.width // (len(comparison.labels) + 1))
     summary = Table(title="Runs", title_justify="left")
     for header in SUMMARY_HEADERS:
-        summary.add_column(header, justify="left" if header in ("run", "status") else "right")
+        summary.add_column(header, justify="left" if header in ("run", "status") else "right", overflow="fold",
+                           min_width=name_width if header == "run" else None)
     for item in comparison.summaries:
         summary.add_row(*summary_cells(item))
     console.print(summary)
     if not comparison.diff:
         console.print(comparison.no_diff_text())
-        return
-    diff = Table(title=f"Config keys that differ ({len(comparison.diff)})", title_justify="left")
-    diff.add_column("config key", style="bold")
-    for label in comparison.labels:
-        diff.add_column(label, overflow="fold")
-    for key, values in comparison.diff:
-        diff.add_row(key, *(show_value(v) for v in values))
-    console.print(diff)
+    for title, rows in ((f"Config keys that differ ({len(comparison.diff)}): the config that trained",
+                         comparison.diff),
+                        (f"msmon's monitor_config keys that differ ({len(comparison.monitor_diff)})",
+                         comparison.monitor_diff)):
+        if not rows:
+            continue
+        diff = Table(title=title, title_justify="left")
+        diff.add_column("config key", style="bold", overflow="fold")
+        for label in comparison.labels:
+            diff.add_column(label, overflow="fold", min_width=name_width)
+        for key, values in rows:
+            diff.add_row(key, *(show_value(v) for v in values))
+        console.print(diff)
 
 
 @handle_errors

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +18,8 @@ from msmon.config.datasets import dataset_path
 from msmon.errors import ExitCode, MsmonError, first_line
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
+#: Interpolations whose value comes from outside the file (the environment): never written resolved.
+SECRET_SOURCES = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
 #: The CPU quickstarts shipped inside the package, run by name: ``msmon run quickstart``.
 QUICKSTARTS_DIR = Path(__file__).resolve().parent / "quickstarts"
 _LAUNCH_TIME = datetime.now()
@@ -219,6 +223,21 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     loaded = LoadedConfig(conf=conf, path=file, text=text, lines=_line_map(text))
     loaded.override_keys = apply_overrides(conf, list(overrides or []), str(file))
     return loaded
+
+
+def secrets_unresolved(loaded: LoadedConfig) -> LoadedConfig:
+    """A copy whose environment interpolations (``${oc.env:TOKEN}``) resolve to their own text: how a run's config
+    is shown and compared later, where those variables are not set (and secrets are never written resolved)."""
+
+    def escape(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {key: escape(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [escape(item) for item in node]
+        return SECRET_SOURCES.sub(r"\\${\g<1>:", node) if isinstance(node, str) else node
+
+    plain = OmegaConf.to_container(loaded.conf, resolve=False)
+    return dataclasses.replace(loaded, conf=OmegaConf.create(escape(plain)))
 
 
 def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> LoadedConfig:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from msmon import layout
-from msmon.config.loader import LoadedConfig, apply_overrides
+from msmon.config.loader import SECRET_SOURCES, LoadedConfig, apply_overrides
 from msmon.config.mindformers_yaml import mindformers_config, render
 from msmon.errors import MsmonError, describe
 from msmon.util.atomic import atomic_write_text
@@ -29,7 +29,6 @@ LOGS = "logs"
 #: wrote after S move to ``<name>.attempt-N.<ext>`` (``supersede``), so every reader sees each step once.
 STEPPED_FILES = (layout.METRICS, layout.METRICS_CSV, layout.ALERTS)
 #: Interpolations whose resolved value may be a secret: kept unresolved in every file msmon writes.
-_SECRET_SOURCES = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]+):[^@/\s]+@")
 
 
@@ -63,7 +62,7 @@ def mask_url_passwords(text: str) -> str:
 
 def redact(resolved: Any, raw: Any) -> Any:
     """``resolved`` with every value that came from an environment interpolation put back unresolved."""
-    if isinstance(raw, str) and _SECRET_SOURCES.search(raw):
+    if isinstance(raw, str) and SECRET_SOURCES.search(raw):
         return raw
     if isinstance(resolved, Mapping):
         raw_map = raw if isinstance(raw, Mapping) else {}

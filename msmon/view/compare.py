@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,19 +70,21 @@ def summarise(label: str, run: RunData) -> RunSummary:
 
 @dataclass
 class Comparison:
-    """Runs side by side: their labels, the differing config keys and the summary numbers."""
+    """Runs side by side: their labels, the keys of the config that trained which differ, msmon's own
+    monitor_config keys that differ (apart), and the summary numbers."""
 
     runs: list[RunData]
     labels: list[str]
     diff: list[tuple[str, list[Any]]]
     summaries: list[RunSummary]
     notes: list[str]
+    monitor_diff: list[tuple[str, list[Any]]] = field(default_factory=list)
 
     def no_diff_text(self) -> str:
         """What to say when no key differs."""
         if all(run.config is None for run in self.runs):
-            return "No run has a readable config.yaml: nothing to compare."
-        return "The configs are identical."
+            return "No run has a readable config: nothing to compare."
+        return "The configs that trained are identical."
 
 
 def _labels(runs: list[RunData]) -> list[str]:
@@ -105,10 +107,11 @@ def compare_runs(paths: list[str | Path]) -> Comparison:
     configs = []
     for label, run in zip(labels, runs, strict=True):
         if run.config is None:
-            notes.append(f"{label}: no readable config.yaml; its keys count as absent")
+            notes.append(f"{label}: no readable config; its keys count as absent")
         configs.append(run.config or {})
+    monitors = [{"monitor_config": run.monitor} if run.monitor is not None else {} for run in runs]
     summaries = [summarise(label, run) for label, run in zip(labels, runs, strict=True)]
-    return Comparison(runs, labels, differing_keys(configs), summaries, notes)
+    return Comparison(runs, labels, differing_keys(configs), summaries, notes, differing_keys(monitors))
 
 
 def show_value(value: Any) -> str:
@@ -145,6 +148,7 @@ def build_compare(comparison: Comparison) -> str:
         notes=comparison.notes, summary_headers=SUMMARY_HEADERS,
         summary_rows=[summary_cells(s) for s in comparison.summaries],
         diff=[(key, [show_value(v) for v in values]) for key, values in comparison.diff],
+        monitor_diff=[(key, [show_value(v) for v in values]) for key, values in comparison.monitor_diff],
         no_diff_text=comparison.no_diff_text(), paths=[str(r.path) for r in runs],
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from msmon import layout
 from msmon.errors import ExitCode, MsmonError
@@ -20,11 +20,12 @@ class RunData:
     path: Path
     info: dict[str, Any]
     config_text: str | None
-    config: dict[str, Any] | None
+    config: dict[str, Any] | None  # the config that trained (msmon's keys removed, resolved)
     records: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)
+    monitor: dict[str, Any] | None = None  # msmon's resolved monitor_config keys (the config is what trained)
 
     @property
     def name(self) -> str:
@@ -63,8 +64,10 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
 
 
 def run_overrides(info: dict[str, Any]) -> list[str]:
-    """The KEY=VALUE overrides the run was started with (run.json ``overrides``, else parsed from ``command``)."""
-    given = info.get("overrides")
+    """The KEY=VALUE overrides the run was started with (run.json's ``request``, run_mindformer.py's flags already
+    among them; an older run.json's ``overrides``, else parsed from ``command``)."""
+    request = info.get("request")
+    given = request.get("overrides") if isinstance(request, dict) else info.get("overrides")
     if isinstance(given, list):
         return [str(item) for item in given]
     command = info.get("command")
@@ -74,22 +77,42 @@ def run_overrides(info: dict[str, Any]) -> list[str]:
     return [a for a in args[1:] if "=" in a and not a.startswith("-")]
 
 
-def _read_config(path: Path, overrides: list[str], notes: list[str]) -> tuple[str | None, dict[str, Any] | None]:
-    """config.yaml as written, and as a dict with the run's command-line overrides applied (unresolved)."""
+def _read_config(run_dir: Path, overrides: list[str], notes: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+    """config.yaml as written, and the config that trained: what ``msmon run`` handed mindformers (the run's
+    overrides applied, interpolations resolved, msmon's keys removed; the run's mindformers.yaml when config.yaml
+    cannot be resolved here)."""
+    from msmon.config.mindformers_yaml import mindformers_config, read_run_config
+
+    path = run_dir / layout.CONFIG_SNAPSHOT
     if not path.is_file():
         notes.append("config.yaml is missing")
-        return None, None
-    from omegaconf import OmegaConf
-
-    from msmon.config.loader import load_config
+        return None, read_run_config(run_dir)
+    from msmon.config.loader import load_config, secrets_unresolved
 
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        data = OmegaConf.to_container(load_config(path, overrides).conf, resolve=False)
+        return text, mindformers_config(secrets_unresolved(load_config(path, overrides)))
     except MsmonError as exc:
-        notes.append(f"config.yaml could not be read: {exc}")
-        return text, None
-    return text, cast(dict[str, Any], data) if isinstance(data, dict) else None
+        trained = read_run_config(run_dir)
+        notes.append(f"config.yaml could not be resolved here ({exc}); "
+                     + ("the run's mindformers.yaml is compared" if trained else "its keys count as absent"))
+        return text, trained
+
+
+def _read_monitor(run_dir: Path) -> dict[str, Any] | None:
+    """msmon's resolved monitor_config keys of the run (``monitor_config.resolved.yaml``), without mindformers' own
+    (they are part of the config that trained)."""
+    import yaml
+
+    from msmon.config.schema import MINDFORMERS_MONITOR_KEYS
+
+    try:
+        data = yaml.safe_load((run_dir / layout.RESOLVED_MONITOR).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {key: value for key, value in data.items() if key not in MINDFORMERS_MONITOR_KEYS}
 
 
 def _clean_records(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
@@ -151,8 +174,8 @@ def load_run(path: str | Path) -> RunData:
     alerts.sort(key=lambda a: (as_number(a.get("step")) or 0.0, as_number(a.get("time")) or 0.0))
     info = _read_json(run_dir / layout.RUN_JSON, notes)
     overrides = run_overrides(info)
-    config_text, config = _read_config(run_dir / layout.CONFIG_SNAPSHOT, overrides, notes)
-    return RunData(run_dir, info, config_text, config, records, alerts, notes, overrides)
+    config_text, config = _read_config(run_dir, overrides, notes)
+    return RunData(run_dir, info, config_text, config, records, alerts, notes, overrides, _read_monitor(run_dir))
 
 
 @dataclass
