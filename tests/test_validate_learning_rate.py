@@ -123,3 +123,22 @@ def test_ms808_total_steps_disagrees_with_the_data(tmp_path: Path) -> None:
     for fine in ({"lr_schedule.total_steps": -1}, {"lr_schedule.total_steps": 50, "use_parallel": True},
                  {"lr_schedule.total_steps": 50, "lr_schedule.type": "ConstantWarmUpLR"}):
         assert found(write(tmp_path, fine), "MS808") == [], fine
+
+
+def test_a_grouped_lr_schedule_is_the_schedule_checked(tmp_path: Path) -> None:
+    """mindformers builds grouped_lr_schedule.default (and each grouped entry) instead of lr_schedule: a config that
+    gives its rate there got MS804 "no lr_schedule.learning_rate"; its peaks are checked where they are written."""
+    grouped = {"default": {"type": "ConstantWarmUpLR", "learning_rate": 2e-4, "warmup_steps": 20},
+               "grouped": [{"type": "ConstantWarmUpLR", "params": ["embedding.*"], "learning_rate": 50.0}]}
+    path = write(tmp_path, {"lr_schedule": None, "grouped_lr_schedule": grouped})
+    assert found(path, "MS804") == []
+    [peak] = found(path, "MS805")
+    assert peak.path == "grouped_lr_schedule.grouped[0].learning_rate" and peak.line is not None
+    from msmon.config.health import LearningRateSettings
+    from msmon.config.loader import load_config
+    from msmon.config.schedule import schedule_from_config
+
+    schedule = schedule_from_config(load_config(path).resolved(), LearningRateSettings())
+    assert (schedule.path, schedule.peak, schedule.warmup_steps) == ("grouped_lr_schedule.default", 2e-4, 20)
+    assert found(write(tmp_path, {"lr_schedule": None}), "MS804")[0].hint == (
+        "set monitor_config.health.learning_rate.peak")  # the control, with the full key path

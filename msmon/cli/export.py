@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
 from msmon.cli.common import CONFIG_HELP, handle_errors
 from msmon.cli.complete import config_keys
 from msmon.errors import ExitCode, MsmonError
+from msmon.findings import Finding
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +33,8 @@ def export(
     from msmon.config.launch_flags import parse_launch_flags
     from msmon.config.loader import load_config
     from msmon.config.mindformers_yaml import check_run_mode, mindformers_config, render
+    from msmon.runner.cpu_support import PLAIN_MODULE, PLAIN_MODULE_TEXT, for_plain_mindformers
+    from msmon.runner.trainer import ensure_generated_data
     from msmon.util.atomic import atomic_write_text
     from msmon.validate.validator import validate
 
@@ -38,20 +42,45 @@ def export(
     loaded = load_config(config, [*plain, *flags.overrides])
     check_run_mode(loaded.section("run_mode"))
     result = validate(loaded, resume=True)  # an existing run directory is no error here: nothing is created
-    if not result.valid:
-        errors = [f for f in result.findings if f.is_error]
+    errors = [f for f in result.findings if f.is_error]
+    if not result.lacks_only_inputs:
         for finding in errors:
             print(finding_line(finding), file=sys.stderr)
         raise MsmonError(f"{config}: {len(errors)} error(s) in the config; nothing was exported",
                          f"`msmon validate {config}` shows every finding", ExitCode.INVALID)
     training = mindformers_config(loaded)
     check_run_mode(training["run_mode"])
-    text = render(training)
+    for_plain = for_plain_mindformers(training)
+    module = Path(out).absolute().parent / f"{PLAIN_MODULE}.py" if out is not None and for_plain else None
+    note = (f"# msmon's CPU wrapper through auto_register: run_mindformer.py --config FILE --register_path "
+            f"{module.parent if module else '<the directory of msmon_cpu.py>'}\n" if for_plain else "")
+    text = render(for_plain or training, note)
     if out is None:
         sys.stdout.write(text)
-        return
-    try:
-        atomic_write_text(out, text)
-    except OSError as exc:
-        raise MsmonError(f"{out}: cannot write ({exc.strerror})", "pick a writable path for --out") from exc
-    print(f"msmon: wrote {out}", file=sys.stderr)
+    else:
+        try:
+            if module is not None:
+                atomic_write_text(module, PLAIN_MODULE_TEXT)
+            atomic_write_text(out, text)
+        except OSError as exc:
+            raise MsmonError(f"{exc.filename or out}: cannot write ({exc.strerror})",
+                             "pick a writable path for --out") from exc
+        print(f"msmon: wrote {out}", file=sys.stderr)
+    if for_plain is not None:
+        ensure_generated_data(training)  # plain mindformers reads msmon's generated datasets as files
+        print(f"msmon: wrote {module} (msmon's CPU support); plain mindformers trains the config with `python "
+              f"run_mindformer.py --config {out} --register_path {module.parent}`" if module is not None else
+              "msmon: the config names msmon's CPU wrapper: `msmon export ... -o FILE` also writes msmon_cpu.py beside "
+              "FILE, which `run_mindformer.py --register_path DIR` loads", file=sys.stderr)
+    _name_missing_inputs(errors)
+
+
+def _name_missing_inputs(missing: list[Finding]) -> None:
+    """The inputs this machine lacks (the file is written: they must exist where the training runs)."""
+    from msmon.cli.render import finding_line
+
+    if missing:
+        print(f"msmon: {len(missing)} input(s) the training reads are missing on this machine; they must exist where "
+              "it runs:", file=sys.stderr)
+    for finding in missing:
+        print(f"  {finding_line(finding)}", file=sys.stderr)

@@ -23,6 +23,7 @@ class CheckpointSaving:
 
     every_steps: int
     keep: int
+    path: str = "callbacks[0]"  # the entry's dotted path in the config
 
     def newest_before(self, step: int) -> int:
         """The step of the newest save before ``step`` (0: none)."""
@@ -42,8 +43,8 @@ class CheckpointSaving:
 def checkpoint_saving(config: Mapping[str, Any] | None) -> CheckpointSaving | None:
     """The config's ``CheckpointMonitor`` (the first one), or None when it saves no checkpoint."""
     callbacks = (config or {}).get("callbacks")
-    for entry in callbacks if isinstance(callbacks, list) else []:
+    for index, entry in enumerate(callbacks if isinstance(callbacks, list) else []):
         if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
             return CheckpointSaving(positive_int(entry.get("save_checkpoint_steps", 1)) or 1,
-                                    positive_int(entry.get("keep_checkpoint_max", 5)) or 5)
+                                    positive_int(entry.get("keep_checkpoint_max", 5)) or 5, f"callbacks[{index}]")
     return None

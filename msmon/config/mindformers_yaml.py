@@ -71,9 +71,11 @@ def check_run_mode(mode: Any) -> None:
                      f"use one of: {', '.join(TRAINING_RUN_MODES + OTHER_RUN_MODES)}")
 
 
-def render(training: Mapping[str, Any]) -> str:
-    """The YAML text of ``mindformers.yaml`` (keys in their order; mindformers sorts them itself)."""
-    return HEADER + yaml.safe_dump(dict(training), sort_keys=False, allow_unicode=True, default_flow_style=False)
+def render(training: Mapping[str, Any], note: str = "") -> str:
+    """The YAML text of ``mindformers.yaml`` (keys in their order; mindformers sorts them itself); ``note``: comment
+    lines added to the header."""
+    return HEADER + note + yaml.safe_dump(dict(training), sort_keys=False, allow_unicode=True,
+                                          default_flow_style=False)
 
 
 def _prefer_parsed(parsed: Any, resolved: Any, path: str, overrides: set[str]) -> Any:

@@ -1,5 +1,6 @@
-"""The learning-rate schedule as the training config states it (``lr_schedule``), read once for the health
-detector (msmon/health/detectors/learning_rate.py) and the pre-flight checks (msmon/validate/learning_rate.py)."""
+"""The learning-rate schedule as the training config states it (``lr_schedule``, or ``grouped_lr_schedule``, whose
+``default`` mindformers builds instead when the config has one), read once for the health detector
+(msmon/health/detectors/learning_rate.py) and the pre-flight checks (msmon/validate/learning_rate.py)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Schedule:
     """What the config says about the LR; unknown parts stay None."""
 
     type: str | None = None
+    path: str = "lr_schedule"  # where the config states it (``grouped_lr_schedule.default``, ...)
     peak: float | None = None
     lr_end: float | None = None
     warmup_steps: int | None = None
@@ -54,19 +56,47 @@ class Schedule:
         return self.type in MOVING_TYPES
 
 
+def stated_schedules(config: Mapping[str, Any] | None) -> list[tuple[str, Mapping[str, Any]]]:
+    """(dotted path, section) of every schedule mindformers builds, the optimizer's own first: with
+    ``grouped_lr_schedule`` its ``default`` and each ``grouped`` entry (``lr_schedule`` is then unused), else
+    ``lr_schedule``."""
+    config = config or {}
+    grouped = config.get("grouped_lr_schedule")
+    if isinstance(grouped, Mapping):
+        default = grouped.get("default")
+        found = [("grouped_lr_schedule.default", default if isinstance(default, Mapping) else {})]
+        entries = grouped.get("grouped")
+        found += [(f"grouped_lr_schedule.grouped[{index}]", entry)
+                  for index, entry in enumerate(entries if isinstance(entries, list) else [])
+                  if isinstance(entry, Mapping)]
+        return found
+    section = config.get("lr_schedule")
+    return [("lr_schedule", section if isinstance(section, Mapping) else {})]
+
+
 def schedule_from_config(config: Mapping[str, Any] | None, settings: LearningRateSettings) -> Schedule:
-    """Read ``lr_schedule`` (type, learning_rate, lr_end, warmup_steps/ratio, total/decay steps).
+    """The schedule of the optimizer's learning rate (the first of ``stated_schedules``), with the peak and
+    warm-up ``settings`` (``monitor_config.health.learning_rate``) give."""
+    path, section = stated_schedules(config)[0]
+    schedule = read_schedule(config, path, section)
+    if settings.peak is not None:
+        schedule.peak = settings.peak
+    if settings.warmup_steps is not None:
+        schedule.warmup_steps = settings.warmup_steps
+    return schedule
+
+
+def read_schedule(config: Mapping[str, Any] | None, path: str, section: Mapping[str, Any]) -> Schedule:
+    """One stated schedule (type, learning_rate, lr_end, warmup_steps/ratio, total/decay steps).
 
     With mindformers' ``lr_scale: True`` the applied peak is learning_rate x devices x batch / factor,
-    so the configured value is no peak to check against (``learning_rate.peak`` can give it).
+    so the configured value is no peak to check against (``monitor_config.health.learning_rate.peak`` can give it).
     """
-    config = config or {}
-    section = config.get("lr_schedule")
-    section = section if isinstance(section, Mapping) else {}
     kind = section.get("type")
-    scaled = config.get("lr_scale") is True
-    schedule = Schedule(
+    scaled = (config or {}).get("lr_scale") is True
+    return Schedule(
         type=kind if isinstance(kind, str) else None,
+        path=path,
         peak=None if scaled else _config_number(section.get("learning_rate")),
         lr_end=_config_number(section.get("lr_end", section.get("min_lr"))),
         warmup_steps=_config_steps(section.get("warmup_steps")),
@@ -74,8 +104,3 @@ def schedule_from_config(config: Mapping[str, Any] | None, settings: LearningRat
         total_steps=_config_steps(section.get("total_steps")),
         decay_steps=_config_steps(section.get("decay_steps")),
     )
-    if settings.peak is not None:
-        schedule.peak = settings.peak
-    if settings.warmup_steps is not None:
-        schedule.warmup_steps = settings.warmup_steps
-    return schedule

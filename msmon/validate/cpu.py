@@ -119,7 +119,8 @@ def _check_dump(ctx: CheckContext) -> list[Finding]:
             "MS605",
             "monitor_config.monitor_on",
             f"monitor_on with {reason} a TensorDump op, which has no CPU kernel",
-            "set monitor_config.monitor_on: False on CPU (or drop the *_local_* formats and set dump_path: '')",
+            "set monitor_config.monitor_on: False on CPU (or drop the monitor_config.*_local_*_format keys and set "
+            "monitor_config.dump_path: '')",
         )
     ]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
 from urllib.parse import urlparse
 
 from msmon.config.coerce import range_findings
 from msmon.config.health import ChatTarget
+from msmon.config.schedule import schedule_from_config
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 
@@ -36,10 +36,11 @@ def check_health(ctx: CheckContext) -> list[Finding]:
             found.append(warning("MS803", f"{BASE}.alerts.command", f"command {command[0]!r} is not found on PATH",
                                  "give the full path of the program"))
     lr = settings.learning_rate
-    schedule = (training or {}).get("lr_schedule")
-    if lr.enabled and lr.peak is None and not (isinstance(schedule, Mapping) and schedule.get("learning_rate")):
-        found.append(warning("MS804", f"{BASE}.learning_rate", "no lr_schedule.learning_rate: the learning-rate "
-                             "checks can only catch negative or non-finite values", "set learning_rate.peak"))
+    schedule = schedule_from_config(training, lr)
+    if lr.enabled and schedule.peak is None:
+        found.append(warning("MS804", f"{BASE}.learning_rate", f"no {schedule.path}.learning_rate to compare with "
+                             "(absent, or scaled by lr_scale): the learning-rate checks can only catch negative or "
+                             "non-finite values", f"set {BASE}.learning_rate.peak"))
     return found
 
 

@@ -16,6 +16,8 @@ from msmon.config.datasets import is_generated
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 
+#: The code of every finding about an input the training reads: on a workstation a cluster's config lacks them all.
+INPUT_CODE = "MS011"
 #: Where mindformers reads a file or directory before the first step (dotted key -> what it is).
 INPUTS = {
     "load_checkpoint": "the checkpoint to start from",
@@ -43,12 +45,12 @@ def check_inputs(ctx: CheckContext) -> list[Finding]:
     loader = "train_dataset.data_loader"
     if ctx.get(f"{loader}.type") in FILE_LOADERS and not (_paths(ctx.get(f"{loader}.dataset_dir")) or _paths(
             ctx.get(f"{loader}.dataset_files"))):
-        findings.append(error("MS011", f"{loader}.dataset_dir", f"the training dataset ({ctx.get(f'{loader}.type')})"
+        findings.append(error(INPUT_CODE, f"{loader}.dataset_dir", f"the training dataset ({ctx.get(f'{loader}.type')})"
                               " names no dataset_dir or dataset_files: there is nothing to train on",
                               "set train_dataset.data_loader.dataset_dir (or --train_dataset_dir PATH)"))
     if ctx.get("run_mode") == "finetune" and not ctx.get("load_checkpoint") and not ctx.get(
             "model.pretrained_model_dir") and not ctx.get("pretrained_model_dir"):
-        findings.append(warning("MS011", "load_checkpoint", "run_mode finetune without load_checkpoint: the "
+        findings.append(warning(INPUT_CODE, "load_checkpoint", "run_mode finetune without load_checkpoint: the "
                                 "fine-tune starts from randomly initialised weights",
                                 "name the pretrained checkpoint: --load_checkpoint PATH"))
     return findings
@@ -66,7 +68,7 @@ def _judge(ctx: CheckContext, key: str, what: str, value: str) -> Finding | None
     if REMOTE.match(value) or is_generated(value):
         return None
     if PLACEHOLDER.search(value):
-        return error("MS011", key, f"{key} {value!r} is a placeholder: {what} would be missing when the training "
+        return error(INPUT_CODE, key, f"{key} {value!r} is a placeholder: {what} would be missing when the training "
                      "starts", f"point {key} at the real path (or remove the key)")
     if key == "load_checkpoint" and "/" not in value and not value.startswith("."):
         return None  # a model name mindformers resolves itself
@@ -75,6 +77,6 @@ def _judge(ctx: CheckContext, key: str, what: str, value: str) -> Finding | None
     path = Path(value).expanduser()
     path = path if path.is_absolute() else ctx.cwd / path
     if not os.path.exists(path) and not (key == MEGATRON_PATHS and os.path.exists(path.with_name(path.name + ".bin"))):
-        return error("MS011", key, f"{key} {str(path)!r} does not exist: {what} cannot be read when the training "
+        return error(INPUT_CODE, key, f"{key} {str(path)!r} does not exist: {what} cannot be read when the training "
                      "starts", f"fix the path of {key} (relative paths count from {ctx.cwd})")
     return None

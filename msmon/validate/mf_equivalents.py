@@ -43,6 +43,6 @@ def check_duplicates(ctx: CheckContext) -> list[Finding]:
             and interval != ctx.settings.log_interval and ctx.settings.enable_monitor):
         found.append(warning("MS012", "monitor_config.step_interval", f"mindformers' state monitor writes every "
                              f"{interval} steps, msmon every {ctx.settings.log_interval}: their curves have "
-                             "different steps", f"set monitor_config.log_interval: {interval} (or step_interval: "
-                             f"{ctx.settings.log_interval})"))
+                             "different steps", f"set monitor_config.log_interval: {interval} (or "
+                             f"monitor_config.step_interval: {ctx.settings.log_interval})"))
     return found

@@ -58,7 +58,8 @@ def check_formats(ctx: CheckContext) -> list[Finding]:
     active = _active_keys(ctx)
     if not _monitor_on(ctx):
         return [warning("MS006", f"{BASE}.{key}", f"{key} has no effect: mindformers adds its TrainingStateMonitor "
-                        "only with monitor_config.monitor_on: True", "set monitor_on: True, or remove the key")
+                        "only with monitor_config.monitor_on: True",
+                        f"set {BASE}.monitor_on: True, or remove {BASE}.{key}")
                 for key in active]
     tensorboard_dir = ctx.get("tensorboard.tensorboard_dir")
     if isinstance(tensorboard_dir, str) and tensorboard_dir:
@@ -98,7 +99,7 @@ def check_dump_path(ctx: CheckContext) -> list[Finding]:
     if not isinstance(value, str):
         return [error("MS008", where, "monitor_on with a dump_path that is not a string: mindformers hands it to "
                       "MindSpore's set_auto_parallel_context, which refuses null (a TypeError when the Trainer "
-                      "starts)", "set dump_path: '' (no dumps) or a directory of its own")]
+                      "starts)", "set monitor_config.dump_path: '' (no dumps) or a directory of its own")]
     if not value:
         return []
     path = Path(value).expanduser()

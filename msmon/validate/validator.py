@@ -22,7 +22,7 @@ from msmon.validate.backends import check_backends
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import check_cpu
 from msmon.validate.health import check_health
-from msmon.validate.inputs import check_inputs
+from msmon.validate.inputs import INPUT_CODE, check_inputs
 from msmon.validate.interval import check_flight_recorder, check_interval, total_steps
 from msmon.validate.learning_rate import check_learning_rate
 from msmon.validate.metrics import check_metrics
@@ -40,6 +40,7 @@ CHECKS = (
     check_duplicates,
 )
 MAX_UNRESOLVED = 100
+MSMON_KEYS = frozenset(MonitorSettings.__dataclass_fields__)
 _ABSENT = object()
 
 
@@ -63,6 +64,18 @@ class ValidationResult:
     @property
     def valid(self) -> bool:
         return not any(f.is_error for f in self.findings)
+
+    @property
+    def lacks_only_inputs(self) -> bool:
+        """Whether every error is an input the training reads that this machine lacks (MS011): a cluster's config
+        read on a workstation, which is complete where it runs."""
+        return all(f.code == INPUT_CODE for f in self.findings if f.is_error)
+
+    def msmon_findings(self) -> tuple[list[Finding], list[Finding]]:
+        """(the findings of msmon's own monitor_config keys, the findings of the rest of the config)."""
+        own = [f for f in self.findings if f.path == "monitor_config"
+               or f.path.startswith("monitor_config.") and f.path.split(".")[1].split("[")[0] in MSMON_KEYS]
+        return own, [f for f in self.findings if f not in own]
 
     def monitor_config(self) -> dict[str, Any]:
         """msmon's resolved keys plus mindformers' own keys as written."""
