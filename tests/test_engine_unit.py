@@ -113,6 +113,30 @@ def test_observer_logs_every_interval_with_mindformers_outputs(tmp_path: Path):
     assert abs(third["time"] - time.time()) < 5
 
 
+@pytest.mark.parametrize(("before", "epoch", "skipped", "total"), [
+    (0, 1, 0, 100),  # a fresh two-epoch run: 2 x 50 batches
+    (70, 2, 70, 100),  # resumed at step 70 (mindformers starts the epoch loop at epoch 2): was 50, the stall check off
+    (40, 2, 70, 70),  # rolled back to step 40 with the data skipped to batch 70 (in epoch 2): 30 batches are left
+    (40, 1, 59, 81),  # rolled back inside epoch 1: batches 60-100 are left
+])
+def test_the_planned_steps_and_the_data_follow_a_resume_and_a_rollback(tmp_path: Path, before: int, epoch: int,
+                                                                       skipped: int, total: int) -> None:
+    class Optimizer:
+        global_step = before + 1
+
+    class Dataset:
+        @staticmethod
+        def get_init_step() -> int:
+            return skipped
+
+    progress = StepProgress()
+    observer = StepObserver(settings(tmp_path, log_interval=10), progress, None, Stop())
+    observer.begin(Params(epoch_num=3 - epoch, batch_num=50))
+    observer.step_end(Params(cur_step_num=1, cur_epoch_num=epoch, epoch_num=3 - epoch, batch_num=50,
+                             optimizer=Optimizer(), train_dataset=Dataset()))
+    assert (progress.last_step, progress.data_batches, progress.total_steps) == (before + 1, 100, total)
+
+
 def test_non_logging_steps_only_count(tmp_path: Path):
     records: list[dict[str, Any]] = []
     progress = StepProgress()

@@ -112,6 +112,43 @@ def test_a_loss_spike_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path, m
     assert rolled == pytest.approx(clean, rel=0.2)
 
 
+@pytest.mark.parametrize("model", ["legacy", "mcore"])
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_a_rollback_near_the_end_of_the_data_never_skips_past_it(tmp_path: Path, model: str, epochs: int) -> None:
+    """A held-out night: a corrupt window in the last 25% of the data asked the pipeline to skip to batch 420 of 400
+    (MindSpore: "reset step must be less than dataset_size * num_epochs"), the rollback attempt failed (exit 3). Now
+    the bad window is skipped and the margin past it shortened to what the data holds, counted over every epoch.
+    One epoch of 60 steps with steps 48-52 corrupt: back to step 40, the data skipped to its last batch, the run
+    completes. Two epochs of 50 steps whose last 3 batches are corrupt: the first rollback skips from epoch 1 into
+    epoch 2, the same batches of epoch 2 spike again at the data's end (the alert on the third corrupt step, the
+    detector's span), with nothing left after them: the run ends completed, its data exhausted, and says so."""
+    per_epoch, window = (60, (48, 52)) if epochs == 1 else (50, (48, 50))
+    data = corrupt_dataset(tmp_path, model, window, steps=per_epoch)
+    directory = tmp_path / "near_end"
+    directory.mkdir()
+    config = rollback_config(directory, model, data, health={"loss_spike": {"action": "rollback"},
+                                                             "rollback": {"skip_steps": 20}}, checkpoint_steps=10)
+    run = Launched.start(directory, "run", str(config), "--plain", f"runner_config.epochs={epochs}",
+                         f"train_dataset.data_loader.num_samples={per_epoch * BATCH}")
+    code, rolled = run.finish(), run_dir(directory, model)
+    assert code == 0, run.output[-3000:]
+    recorded = info(rolled)
+    assert recorded["status"] == "completed" and "Cannot reset the pipeline" not in run.output
+    data_end = per_epoch * epochs
+    assert all(made["skip_to"] <= data_end - 1 for made in recorded["rollbacks"])
+    first = recorded["rollbacks"][0]
+    assert first["checkpoint_step"] < first["onset_step"] <= window[0] + 1 and first["skip_to"] >= window[1]
+    steps = [r["step"] for r in records(rolled)]
+    assert steps == list(range(1, steps[-1] + 1))  # each step once
+    if epochs == 1:
+        assert first["skip_to"] == data_end - 1 and "the margin past the bad window shortened to" in run.output
+        assert steps[-1] == first["checkpoint_step"] + 1 and "note" not in recorded  # the last batch trained
+    else:
+        assert first["skip_to"] > per_epoch  # counted across epochs: into epoch 2
+        assert len(recorded["rollbacks"]) == 1 and recorded["note"].startswith("its data exhausted: the loss_spike")
+        assert f"of the data's {data_end}" in recorded["note"] and "run completed: its data exhausted" in run.output
+
+
 def test_a_nan_loss_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path) -> None:
     """mcore: a loss mask of NaN in the window makes the loss NaN; ``nonfinite: rollback`` rolls back to step 100,
     skips the window, and the run completes with no NaN in its curve."""

@@ -90,12 +90,30 @@ def test_the_checkpoint_chosen_lies_before_the_onset_by_the_margin(tmp_path: Pat
     checkpoint_tree(tmp_path, [50, 100, 150], ranks=2, prefix="m")
     spike = Anomaly("loss_spike", 151, 153, "x")
     training = {"runner_config": {"batch_size": 2}}
-    point, one = rollback.choose(tmp_path, spike, RollbackSettings(skip_steps=30), [], training, 2)
+    point, one = rollback.choose(tmp_path, spike, RollbackSettings(skip_steps=30), [], training, 2, None)
     assert point.step == 150 and (one.skip_from, one.skip_to, one.skipped_samples) == (150, 183, 66)
-    point, _ = rollback.choose(tmp_path, spike, RollbackSettings(margin_steps=1), [], training, 2)
+    point, _ = rollback.choose(tmp_path, spike, RollbackSettings(margin_steps=1), [], training, 2, None)
     assert point.step == 100  # 150 is not 1 step before the onset
     with pytest.raises(rollback.NoCheckpoint, match="no complete checkpoint before step 50"):
-        rollback.choose(tmp_path, Anomaly("nonfinite", 50, 60, "x"), RollbackSettings(), [], training, 2)
+        rollback.choose(tmp_path, Anomaly("nonfinite", 50, 60, "x"), RollbackSettings(), [], training, 2, None)
+
+
+def test_a_rollback_never_skips_past_the_end_of_the_data(tmp_path: Path) -> None:
+    """The margin past the bad window is shortened to what the data holds (one batch stays: MindSpore refuses a
+    reset at its end); a bad window that reaches the end leaves nothing: DataExhausted, naming the checkpoint."""
+    checkpoint_tree(tmp_path, [50, 100, 150], ranks=1, prefix="m")
+    training = {"runner_config": {"batch_size": 2}}
+    _, near = rollback.choose(tmp_path, Anomaly("loss_spike", 171, 173, "x"), RollbackSettings(skip_steps=100), [],
+                              training, 2, 200)
+    assert (near.skip_from, near.skip_to) == (150, 199)  # not 273: the data ends at batch 200
+    earlier = [near]  # a second spike after it: the data position counts from the first rollback's skip
+    exhausted = ("reaches batch 200 of the data's 200, so nothing is left to train after it; the newest checkpoint "
+                 "before its onset: step 100")
+    with pytest.raises(rollback.DataExhausted, match=exhausted):
+        rollback.choose(tmp_path, Anomaly("loss_spike", 150, 151, "x"), RollbackSettings(), earlier, training, 3, 200)
+    _, inside = rollback.choose(tmp_path, Anomaly("loss_spike", 171, 173, "x"), RollbackSettings(skip_steps=10), [],
+                                training, 2, 400)
+    assert inside.skip_to == 183  # inside the data: the margin as configured
 
 
 def test_checkpoints_after_the_rollback_step_move_aside_and_no_longer_count(tmp_path: Path) -> None:
@@ -104,7 +122,7 @@ def test_checkpoints_after_the_rollback_step_move_aside_and_no_longer_count(tmp_
     aside = tmp_path / "logs/output/checkpoint.superseded/attempt-1"
     assert sorted(p.name for p in aside.rglob("*.ckpt")) == ["m_rank_0-1_150.ckpt", "m_rank_0-1_157.ckpt",
                                                                "m_rank_1-1_150.ckpt", "m_rank_1-1_157.ckpt"]
-    point, _ = rollback.choose(tmp_path, Anomaly("loss_spike", 400, 402, "x"), RollbackSettings(), [], {}, 2)
+    point, _ = rollback.choose(tmp_path, Anomaly("loss_spike", 400, 402, "x"), RollbackSettings(), [], {}, 2, None)
     assert point.step == 100
 
 

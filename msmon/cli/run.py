@@ -131,7 +131,7 @@ def launch(request: RunRequest, *, dry_run: bool, plain: bool, framework_logs: b
     if not logs.has_console_handler():
         logs.attach(logs.console_handler(logging.INFO if plan.settings.verbose else logging.WARNING))
     outcome = run_plan(plan, _say, ViewOptions(plain, framework_logs, result.total_steps))
-    detail = f": {outcome.error}" if outcome.error else ""
+    detail = f": {outcome.error or outcome.note}" if outcome.error or outcome.note else ""
     _say(f"run {outcome.status}{detail} (exit {outcome.exit_code}; run directory {outcome.run_dir})")
     if outcome.status is RunStatus.FAILED:
         _say(f"traceback: {outcome.run_dir / 'logs' / 'msmon.log'}")

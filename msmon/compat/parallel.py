@@ -51,3 +51,12 @@ def samples_per_step(config: Mapping[str, Any]) -> int | None:
     if dotted_get(config, "parallel.full_batch") is True:
         return per_rank * (positive_int(dotted_get(config, "parallel_config.data_parallel")) or 1)
     return per_rank
+
+
+def data_steps(config: Mapping[str, Any]) -> int | None:
+    """The steps the data gives: ``num_samples`` // the samples a step takes x epochs (None when not stated). It is
+    also the end of the data in batches, counted across epochs (what MindSpore's ``set_init_step`` must stay below)."""
+    samples = positive_int(dotted_get(config, "train_dataset.data_loader.num_samples"))
+    batch = samples_per_step(config)
+    epochs = positive_int(dotted_get(config, "runner_config.epochs")) or 1
+    return samples // batch * epochs if samples and batch else None

@@ -103,9 +103,6 @@ class StepObserver:
         self._clock.train_begin(now)
         watch_step_end(cb_params.get("list_callback"), self._clock, own)
         self._progress.training_thread = threading.get_ident()
-        epochs, per_epoch = cb_params.get("epoch_num"), cb_params.get("batch_num")
-        if self._progress.total_steps is None and isinstance(epochs, int) and isinstance(per_epoch, int):
-            self._progress.total_steps = epochs * per_epoch
         callbacks = cb_params.get("list_callback")
         if "loss" in self._metrics and self._put is not None and callbacks is not None:
             self._fix = loss_fix.resolve(callbacks, self._config)
@@ -125,6 +122,7 @@ class StepObserver:
             self._offset = steps_before(self._optimizer, cb_params.cur_step_num)
             self._bucket = self._offset // self._interval
             self._clock.first_step(self._offset)
+            self._plan(cb_params, self._offset)
         step = cb_params.cur_step_num + self._offset
         progress = self._progress
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
@@ -140,6 +138,21 @@ class StepObserver:
         elif self._held is not None:  # a reference to the step's outputs, unread: a read here would be a device sync
             self._held.hold(Held(step, now, seconds, cb_params.get("net_outputs")))
         return self._stop.stop_reason is not None
+
+    def _plan(self, cb_params: Any, offset: int) -> None:
+        """At the first step end: the data's batches over every epoch (the epochs before this process's first one
+        included: a resumed run) and the step the curve ends at, the batches it skips (a resume, a rollback's
+        ``data_skip_steps``) not trained again."""
+        per_epoch, epochs, epoch = cb_params.get("batch_num"), cb_params.get("epoch_num"), cb_params.get(
+            "cur_epoch_num")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (per_epoch, epochs, epoch)):
+            return
+        self._progress.data_batches = data = (epochs + epoch - 1) * per_epoch
+        dataset = cb_params.get("train_dataset")
+        skipped = dataset.get_init_step() if hasattr(dataset, "get_init_step") else None
+        skipped = skipped if isinstance(skipped, int) and 0 < skipped < data else offset
+        if self._progress.total_steps is None:
+            self._progress.total_steps = offset + data - skipped
 
     def _log(self, cb_params: Any, step: int, now: float, step_seconds: float) -> None:
         wanted = self._metrics

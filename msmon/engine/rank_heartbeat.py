@@ -103,6 +103,7 @@ class RankHeartbeat:
             "state": state, "alive": time.time(),
             "begun": p.begun_step, "begun_time": p.wall(p.begun_monotonic) if p.begun_step else None,
             "ended": p.last_step, "ended_time": p.last_end_wall, "total_steps": p.total_steps,
+            "data_batches": p.data_batches,
             "step_seconds": [round(s, 6) for s in p.steady_step_seconds(self._log_interval)],
             "logged": self._logged, "nonfinite": self._nonfinite,
             "costs": [cost.to_json() for cost in costs],

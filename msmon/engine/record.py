@@ -100,7 +100,8 @@ class StepProgress:
     begun_step: int = 0
     begun_monotonic: float = 0.0
     training_thread: int | None = None  # the ident of the thread that trains (its stack is the one that matters)
-    total_steps: int | None = None
+    total_steps: int | None = None  # the step the data lets the curve end at (known at the first step end)
+    data_batches: int | None = None  # the data's batches over every epoch (a rollback never skips past them)
     recent_step_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     recent_costs: deque[StepCost] = field(default_factory=lambda: deque(maxlen=64))
     cost_count: int = 0  # every StepCost added so far (the heartbeat appends the ones it has not written)

@@ -1,4 +1,5 @@
-"""Wrapping a mindformers module function that msmon taps, once per process, where msmon.compat names it."""
+"""Wrapping a framework function (or a class's method) that msmon taps, once per process, where msmon.compat (or
+the caller) names it."""
 
 from __future__ import annotations
 
@@ -24,11 +25,15 @@ def entry_for(table: Mapping[str, Any], version: str | None, what: str, without:
 
 
 def wrap_once(module_name: str, attribute: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Replace ``module_name.attribute`` by ``wrap(original)``; a second call leaves the wrapper as it is."""
-    module = importlib.import_module(module_name)
-    original = getattr(module, attribute)
+    """Replace ``module_name.attribute`` (a function, or a class's method: ``Model.train``) by ``wrap(original)``; a
+    second call leaves the wrapper as it is."""
+    owner: Any = importlib.import_module(module_name)
+    *path, name = attribute.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    original = getattr(owner, name)
     if getattr(original, "msmon_wrapped", False):
         return
     wrapper = wrap(original)
     wrapper.msmon_wrapped = True  # type: ignore[attr-defined]
-    setattr(module, attribute, wrapper)
+    setattr(owner, name, wrapper)

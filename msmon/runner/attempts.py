@@ -32,6 +32,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.anomaly import Anomaly, Rollback, data_position, rollbacks_of
+from msmon.compat.parallel import data_steps
 from msmon.health import make_sinks
 from msmon.health.alert import Alert
 from msmon.ops.ranks import read_heartbeats
@@ -178,12 +179,18 @@ class AttemptLoop:
         none (the run ends stopped) or a signal came."""
         number = int(self.entry["attempt"])
         earlier = rollbacks_of(self.info)
+        settings = self.plan.settings.health.rollback
+        data_end = self._data_end()
         try:
-            point, made = rollback.choose(self.run_dir, anomaly, self.plan.settings.health.rollback, earlier,
-                                          self.plan.training, number + 1)
+            point, made = rollback.choose(self.run_dir, anomaly, settings, earlier, self.plan.training, number + 1,
+                                          data_end)
         except rollback.NoCheckpoint as exc:
             self.lifecycle.rollback_impossible(str(exc))
             logger.warning("msmon: the training %s; not rolled back: %s", cause, exc)
+            return False
+        except rollback.DataExhausted as exc:
+            self.lifecycle.data_exhausted(str(exc))
+            logger.warning("msmon: the training %s; the run ends: %s", cause, exc)
             return False
         moved = rollback.set_aside_checkpoints(self.run_dir, point.step, number)
         if moved:
@@ -191,10 +198,14 @@ class AttemptLoop:
                         layout.superseded_checkpoints(self.run_dir, number))
         self.info.setdefault("rollbacks", []).append(made.to_json())
         samples = f", {made.skipped_samples} samples" if made.skipped_samples is not None else ""
+        margin = made.skip_to - data_position(earlier, anomaly.alert_step)
+        shortened = "" if margin >= settings.skip_steps else (
+            f"; the margin past the bad window shortened to {margin} of health.rollback.skip_steps "
+            f"{settings.skip_steps}: the data ends at batch {data_end}")
         message = (f"{anomaly.detector} from step {anomaly.onset_step} (alert at step {anomaly.alert_step}): rolling "
                    f"back to step {point.step} ({point.path}) and skipping the data of {made.skipped_steps} steps "
-                   f"(batches {made.skip_from + 1}-{made.skip_to}{samples}); rollback {self.lifecycle.rollbacks} of "
-                   f"{self.lifecycle.max_rollbacks}")
+                   f"(batches {made.skip_from + 1}-{made.skip_to}{samples}){shortened}; rollback "
+                   f"{self.lifecycle.rollbacks} of {self.lifecycle.max_rollbacks}")
         self._announce(ROLLBACK_DETECTOR, point.step, message, {**made.to_json(), "rollback": self.lifecycle.rollbacks,
                                                                 "max_rollbacks": self.lifecycle.max_rollbacks})
         self.react()
@@ -205,6 +216,13 @@ class AttemptLoop:
         self._begin(point, ROLLBACK, supersede=True)
         self._write()
         return True
+
+    def _data_end(self) -> int | None:
+        """The data's batches over every epoch: as MindSpore counted them in the ranks (their heartbeats), else as
+        the config states them."""
+        counted = [beat["data_batches"] for beat in read_heartbeats(self.run_dir).values()
+                   if isinstance(beat.get("data_batches"), int) and not isinstance(beat.get("data_batches"), bool)]
+        return max(counted) if counted else data_steps(self.plan.training)
 
     def _account_rollback(self) -> None:
         """The time the rollback that started this attempt cost, once the attempt logged a step."""

@@ -9,9 +9,11 @@ nowhere else.
 
 An attempt's result (runner.results.decide over its ranks) is judged first: a stop the parent's rank watcher asked
 for makes an interrupted or completed attempt ``stopped_by_monitor``. A rollback is due (``health.rollback``) when a
-detector whose action is ``rollback`` stopped it, no signal was received and a rollback is left; when none is left,
-or the attempt loop finds no checkpoint before the anomaly (``rollback_impossible``), the run ends stopped by the
-monitor (exit 4) with the reason in its error. A restart is due (``--max-restarts`` left, no
+detector whose action is ``rollback`` stopped it (or flagged the attempt's very last step), no signal was received and
+a rollback is left; when none is left, or the attempt loop finds no checkpoint before the anomaly
+(``rollback_impossible``), the run ends stopped by the monitor (exit 4) with the reason in its error (completed, noted,
+when the anomaly was at the last step); when no data is left after the bad window (``data_exhausted``), the run ends
+completed, its data exhausted. A restart is due (``--max-restarts`` left, no
 signal received) when the attempt failed after training at least one step past where it started, or the monitor
 stopped it for a hang; never after a configuration error, a user's signal, or another detector's stop. The final
 status: a signal makes anything but a failure or a completion ``interrupted`` (a second one names itself in the
@@ -45,6 +47,7 @@ class Ending:
     error: str | None
     exit_code: ExitCode
     killed_by: int | None = None  # the signal that killed the last attempt's training process (it failed so)
+    note: str | None = None  # how a completed run ended other than at its last step (its data exhausted)
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ class Lifecycle:
         if self.phase is not Phase.TRAINING:
             raise RuntimeError(f"no attempt is training ({self.phase})")
         self.result = judge(result, monitor_stop)
-        anomaly = self.result.anomaly if self.result.status is RunStatus.STOPPED_BY_MONITOR else None
+        rollable = (RunStatus.STOPPED_BY_MONITOR, RunStatus.COMPLETED)  # completed: the anomaly was at its last step
+        anomaly = self.result.anomaly if self.result.status in rollable else None
         if anomaly is not None:
             return self._rollback(anomaly)
         cause = restart_cause(self.result, progressed=progressed)
@@ -123,7 +127,8 @@ class Lifecycle:
         if self.signal is None and self.rollbacks < self.max_rollbacks:
             self.rollbacks += 1
             self.phase = Phase.BACKING_OFF
-            return NextAttempt(f"was stopped by the monitor for a rollback: {self.judged.error}", anomaly)
+            return NextAttempt(f"was stopped by the monitor for a rollback: {self.judged.error or anomaly.message}",
+                               anomaly)
         if self.signal is None:
             self._not_rolled_back(f"no rollback left ({self.rollbacks} of {self.max_rollbacks} used)")
         self.phase = Phase.ENDED
@@ -137,8 +142,23 @@ class Lifecycle:
         self._not_rolled_back(why)
         self.phase = Phase.ENDED
 
+    def data_exhausted(self, why: str) -> None:
+        """The rollback that was due has no data left to train after the anomaly: the run ends completed, ``why``
+        its note."""
+        if self.phase is not Phase.BACKING_OFF or self.judged.anomaly is None:
+            raise RuntimeError(f"no rollback is due ({self.phase})")
+        self.rollbacks -= 1
+        self.result = RunResult(RunStatus.COMPLETED, note=why)
+        self.phase = Phase.ENDED
+
     def _not_rolled_back(self, why: str) -> None:
-        self.result = RunResult(RunStatus.STOPPED_BY_MONITOR, f"{self.judged.error}; not rolled back: {why}")
+        """A stopped attempt stays stopped, with why; one that completed its last step stays completed, noted."""
+        judged = self.judged
+        if judged.status is RunStatus.COMPLETED and judged.anomaly is not None:
+            self.result = RunResult(RunStatus.COMPLETED, note=f"{judged.anomaly.message} at the last step; not "
+                                                              f"rolled back: {why}")
+            return
+        self.result = RunResult(RunStatus.STOPPED_BY_MONITOR, f"{judged.error}; not rolled back: {why}")
 
     @property
     def judged(self) -> RunResult:
@@ -167,4 +187,5 @@ class Lifecycle:
         if status is RunStatus.INTERRUPTED:
             error = f"forced by a second {self.forced_by}" if self.forced_by is not None else None
         killed_by = self.result.killed_by if status is RunStatus.FAILED else None
-        return Ending(status, error, self.exit_code(status), killed_by)
+        note = self.result.note if status is RunStatus.COMPLETED else None
+        return Ending(status, error, self.exit_code(status), killed_by, note)

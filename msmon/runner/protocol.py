@@ -113,7 +113,7 @@ class RankResult:
     pid: int | None = None
     accounting: BackendAccounting = field(default_factory=BackendAccounting)
     internal_errors: InternalErrors = field(default_factory=InternalErrors)
-    anomaly: Anomaly | None = None  # stopped by a detector whose action is rollback: what it found
+    anomaly: Anomaly | None = None  # stopped (or ended at its last step) by a rollback detector: what it found
 
     def to_json(self) -> dict[str, Any]:
         return {

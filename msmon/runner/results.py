@@ -19,7 +19,8 @@ class RunResult:
     status: RunStatus
     error: str | None = None
     killed_by: int | None = None  # the signal that ended the training process when it left no result (SIGKILL: OOM)
-    anomaly: Anomaly | None = None  # stopped by the monitor for a rollback: what the detector found
+    anomaly: Anomaly | None = None  # stopped by the monitor for a rollback (or at the last step): what it found
+    note: str | None = None  # completed, but not at its last planned step: why (its data exhausted)
 
 
 def decide(
@@ -51,7 +52,8 @@ def decide(
         killed_by = -returncode if returncode is not None and returncode < 0 else None
         return RunResult(RunStatus.FAILED, f"the training process exited with code {returncode} without a "
                                            f"result{of} (see {where})", killed_by)
-    return RunResult(RunStatus.COMPLETED)
+    pending = next((r.anomaly for r in results.values() if r.anomaly is not None), None)
+    return RunResult(RunStatus.COMPLETED, anomaly=pending)  # a rollback detector's stop at the very last step
 
 
 def backend_accounting(results: dict[int, RankResult]) -> dict[str, Any]:

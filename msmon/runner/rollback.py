@@ -7,6 +7,11 @@ trains on batch P + k. Every later start from a checkpoint (a restart, ``msmon r
 or it would train on the bad data again: ``data_position`` is the one answer to "which batch comes after step s",
 over the rollbacks of the surviving curve.
 
+The data's end: a rollback never asks the data pipeline to skip past it (MindSpore refuses a reset step at or past
+the data's batches over every epoch). The bad window itself is always skipped; the margin past it
+(``health.rollback.skip_steps``) is shortened to what the data holds, and when nothing is left after the window the
+run ends as what it is: completed, its data exhausted (``DataExhausted``).
+
 The checkpoint: the newest one whole on every rank whose step is before the anomaly's onset by
 ``health.rollback.margin_steps``. Checkpoints the rolled-back attempt saved after it move aside
 (``logs/output/checkpoint.superseded/attempt-N/``), so neither a later rollback, a restart nor mindformers'
@@ -36,17 +41,30 @@ class NoCheckpoint(Exception):
     """No complete checkpoint lies before the anomaly (the message says which step it needed)."""
 
 
+class DataExhausted(Exception):
+    """The bad window reaches the end of the data: nothing is left to train after it (the message says so)."""
+
+
 def choose(run_dir: Path, anomaly: Anomaly, settings: RollbackSettings, earlier: Sequence[Rollback],
-           training: Mapping[str, Any], attempt: int) -> tuple[ResumePoint, Rollback]:
-    """The checkpoint to roll back to and the rollback it makes (NoCheckpoint when there is none before the
-    onset)."""
+           training: Mapping[str, Any], attempt: int, data_end: int | None) -> tuple[ResumePoint, Rollback]:
+    """The checkpoint to roll back to and the rollback it makes; ``data_end``: the data's batches over every epoch
+    (None: unknown). NoCheckpoint when there is none before the onset, DataExhausted when no data is left after the
+    bad window."""
     before = anomaly.onset_step - settings.margin_steps
     point = latest_checkpoint(run_dir, before=before)
+    bad_end = data_position(earlier, anomaly.alert_step)
+    if data_end is not None and bad_end >= data_end:
+        kept = f"; the newest checkpoint before its onset: step {point.step} ({point.path})" if point else ""
+        raise DataExhausted(f"its data exhausted: the {anomaly.detector} window (onset step {anomaly.onset_step}, "
+                            f"alert at step {anomaly.alert_step}) reaches batch {bad_end} of the data's {data_end}, "
+                            f"so nothing is left to train after it{kept}")
     if point is None:
         raise NoCheckpoint(f"no complete checkpoint before step {before} (the {anomaly.detector} onset at step "
                            f"{anomaly.onset_step} less health.rollback.margin_steps {settings.margin_steps})")
     skip_from = data_position(earlier, point.step)
-    skip_to = data_position(earlier, anomaly.alert_step) + settings.skip_steps
+    skip_to = bad_end + settings.skip_steps
+    if data_end is not None:
+        skip_to = min(skip_to, data_end - 1)  # the margin shortened: at least one batch stays to train on
     per_step = samples_per_step(training)
     rollback = Rollback(attempt, anomaly.detector, anomaly.onset_step, anomaly.alert_step, point.step,
                         str(point.path), skip_from, skip_to,

@@ -80,13 +80,15 @@ def finish_info(
     error: str | None,
     internal: InternalErrors,
     accounting: dict[str, Any] | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """``info`` with the end of the run filled in (``accounting``: records_lost, backends_failed_to_close,
-    backends, as results.backend_accounting gives them)."""
+    backends, as results.backend_accounting gives them; ``note``: why a completed run ended before its last step,
+    run.json's ``note``, only then)."""
     return dict(
         info, status=status.value, exit_code=exit_code, last_step=last_step, end_time=now_iso(),
         dropped_records=dropped_records, alert_count=alert_count, error=error, internal_errors=internal.count,
-        first_internal_error=internal.first, **(accounting or {}),
+        first_internal_error=internal.first, **(accounting or {}), **({"note": note} if note else {}),
     )
 
 

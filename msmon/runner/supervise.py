@@ -43,6 +43,7 @@ class Outcome:
     run_dir: Path
     error: str | None = None
     last_step: int | None = None
+    note: str | None = None  # a completed run that ended before its last step: why (its data exhausted)
 
 
 class Run:
@@ -187,7 +188,7 @@ class Run:
         try:
             self.attempts.run_all()
             ending = self.lifecycle.ending()
-            return self.finish(ending.status, error=ending.error, killed_by=ending.killed_by)
+            return self.finish(ending.status, error=ending.error, killed_by=ending.killed_by, note=ending.note)
         finally:
             self.restore_signals()
 
@@ -195,7 +196,8 @@ class Run:
     def exit_code(self, status: RunStatus) -> int:
         return int(self.lifecycle.exit_code(status))
 
-    def finish(self, status: RunStatus, error: str | None = None, killed_by: int | None = None) -> Outcome:
+    def finish(self, status: RunStatus, error: str | None = None, killed_by: int | None = None,
+               note: str | None = None) -> Outcome:
         """Stop the board, write the final run.json (once; the space reserved at the start is released first,
         so a full disk cannot stop it)."""
         code = self.exit_code(status)
@@ -211,7 +213,7 @@ class Run:
             self.info, status=status, exit_code=code, last_step=summed.last_step,
             dropped_records=summed.dropped_records, alert_count=summed.alert_count + self.watcher.alert_count,
             error=error, internal=internal_errors.seen() + summed.internal_errors,
-            accounting=results.backend_accounting(ranks),
+            accounting=results.backend_accounting(ranks), note=note,
         )
         self.info = attempt_entries.finish(self.info)
         if self.reserve is not None:
@@ -225,7 +227,7 @@ class Run:
         if self._log_handler is not None:
             logs.detach(self._log_handler)
             self._log_handler = None
-        return Outcome(status, code, self.plan.run_dir, error, summed.last_step)
+        return Outcome(status, code, self.plan.run_dir, error, summed.last_step, note)
 
 
     def _tell_the_chat(self, status: RunStatus, code: int, error: str | None, killed_by: int | None) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from msmon.compat import import_failure, use_legacy
 from msmon.config.datasets import is_generated
 from msmon.errors import MsmonError
-from msmon.runner import cpu_barrier
+from msmon.runner import cpu_barrier, skip_epochs
 from msmon.runner.quickstart import ensure_dataset
 
 
@@ -66,10 +66,12 @@ def prepare_mcore(training_config: Mapping[str, Any]) -> None:
 
 def prepare_training(training_config: Mapping[str, Any]) -> None:
     """What msmon does before any Trainer trains (the native form, and the hook in a user's launch): its generated
-    datasets, the mcore losses and CPU stand-ins, the CPU barrier of a resumed multi-rank CPU run."""
+    datasets, the mcore losses and CPU stand-ins, the CPU barrier of a resumed multi-rank CPU run, the epoch loop of
+    a data skip that crosses an epoch."""
     ensure_generated_data(training_config)
     prepare_mcore(training_config)
     cpu_barrier.apply_if_needed(training_config)
+    skip_epochs.apply_if_needed(training_config)
 
 
 def train(config_path: Path, callbacks: list[Any], log_dir: Path) -> None:

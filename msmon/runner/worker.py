@@ -203,8 +203,8 @@ class Worker:
             if self.health is not None:
                 self.health.close()
                 result = dataclasses.replace(result, alert_count=self.health.alert_count)
-                if status is RunStatus.STOPPED_BY_MONITOR and self.health.monitor is not None:
-                    result = dataclasses.replace(result, anomaly=self.health.monitor.anomaly)
+                if status in (RunStatus.STOPPED_BY_MONITOR, RunStatus.COMPLETED) and self.health.monitor is not None:
+                    result = dataclasses.replace(result, anomaly=self.health.monitor.anomaly)  # at the last step too
             if self.console is not None:  # the panel is closed: the terminal gets its descriptors back
                 self.console.stop()
                 self.stderr.setStream(sys.stderr)

@@ -73,6 +73,8 @@ CODES: dict[str, str] = {
     "MS810": "a health detector's action is rollback but the config saves no checkpoint (no CheckpointMonitor)",
     "MS811": "warning: the CheckpointMonitor's interval and keep_checkpoint_max cannot cover a rollback (no kept "
              "checkpoint would lie before a typical onset), or health.rollback.max_rollbacks is 0",
+    "MS812": "warning: health.rollback.skip_steps is a large share of the data: a rollback near its end skips to "
+             "the end, and one whose bad window reaches the end leaves nothing to train",
     "MS901": "doctor, warning: Python is not 3.11",
     "MS902": "doctor: MindSpore or mindformers is not installed (`msmon run` stops on it)",
     "MS903": "doctor: this mindformers release imports an unpublished package that is missing (`msmon run` stops)",

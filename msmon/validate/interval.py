@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msmon.compat import samples_per_step
+from msmon.compat.parallel import data_steps
 from msmon.config.coerce import range_findings
 from msmon.findings import Finding, error, warning
 from msmon.util.numbers import positive_int
@@ -12,22 +12,12 @@ PATH = "monitor_config.log_interval"
 MANY_METRICS = 5
 
 
-def data_steps(ctx: CheckContext) -> int | None:
-    """The steps the data gives: num_samples // the samples a step takes (gradient accumulation, pipeline micro
-    batches and a full batch over data parallel ranks counted as mindformers counts them) x epochs (None when
-    not stated)."""
-    samples = positive_int(ctx.get("train_dataset.data_loader.num_samples"))
-    batch = samples_per_step(ctx.training)
-    epochs = positive_int(ctx.get("runner_config.epochs")) or 1
-    return samples // batch * epochs if samples and batch else None
-
-
 def total_steps(ctx: CheckContext) -> int | None:
     """The run's step count when the config states it: stop_step, lr_schedule.total_steps, or the data's steps."""
     for key in ("runner_config.stop_step", "lr_schedule.total_steps"):
         if steps := positive_int(ctx.get(key)):
             return steps
-    return data_steps(ctx)
+    return data_steps(ctx.training)
 
 
 def check_interval(ctx: CheckContext) -> list[Finding]:

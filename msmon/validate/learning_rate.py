@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 
+from msmon.compat.parallel import data_steps
 from msmon.config.schedule import Schedule, read_schedule, stated_schedules
 from msmon.findings import Finding, error, warning
 from msmon.util.numbers import fmt_number, positive_int
 from msmon.validate.context import CheckContext
-from msmon.validate.interval import data_steps
 
 #: Optimizer families (fragments of the lower-case ``optimizer.type``) -> (lowest, highest) plausible peak. Adam-style
 #: optimizers normalise the step, so a peak above 1 moves every weight by about its own size per step: the loss
@@ -72,7 +72,7 @@ def check_lr_end(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
 
 def run_steps(ctx: CheckContext) -> int | None:
     """The steps the run trains: runner_config.stop_step, else the data's steps."""
-    return positive_int(ctx.get("runner_config.stop_step")) or data_steps(ctx)
+    return positive_int(ctx.get("runner_config.stop_step")) or data_steps(ctx.training)
 
 
 def check_warmup(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
@@ -98,7 +98,7 @@ def check_warmup(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
 def check_total_steps(ctx: CheckContext, schedule: Schedule) -> list[Finding]:
     """MS808: a decaying schedule whose total_steps differs from the steps the data and batch size give (single
     device, no sinking, no gradient accumulation: where msmon can count them as mindformers does)."""
-    data = data_steps(ctx)
+    data = data_steps(ctx.training)
     if (not schedule.moves or schedule.total_steps is None or data is None or schedule.total_steps == data
             or ctx.get("use_parallel") is True or ctx.get("runner_config.sink_mode") is True
             or (positive_int(ctx.get("runner_config.gradient_accumulation_steps")) or 1) > 1):

@@ -1,14 +1,17 @@
-"""Checks of ``action: rollback`` (MS810-MS811): the run saves the checkpoints a rollback goes back to, often enough
-and keeps them long enough that one still lies before an anomaly's onset when the anomaly is found."""
+"""Checks of ``action: rollback`` (MS810-MS812): the run saves the checkpoints a rollback goes back to, often enough
+and keeps them long enough that one still lies before an anomaly's onset when the anomaly is found; the data skipped
+past a bad window leaves data to train on."""
 
 from __future__ import annotations
 
+from msmon.compat.parallel import data_steps
 from msmon.compat.template import checkpoint_saving
 from msmon.config.health import ROLLBACK_DETECTORS, HealthSettings
 from msmon.findings import Finding, error, warning
 from msmon.validate.context import CheckContext
 
 BASE = "monitor_config.health"
+LITTLE_DATA = 0.1  # MS812: skip_steps and margin_steps together at least this share of the data
 
 
 def detection_lag(health: HealthSettings, detector: str, log_interval: int) -> int:
@@ -47,4 +50,11 @@ def check_rollback(ctx: CheckContext) -> list[Finding]:
             f"an anomaly is found up to about {lag} steps after its onset, and then no kept checkpoint may lie "
             f"{health.rollback.margin_steps} steps before the onset (a rollback would stop the run instead)",
             f"set {saving.path}.keep_checkpoint_max: {needed}, or save more often"))
+    steps, skip = data_steps(ctx.training), health.rollback.skip_steps
+    if steps is not None and skip + health.rollback.margin_steps >= steps * LITTLE_DATA:
+        found.append(warning(
+            "MS812", f"{BASE}.rollback.skip_steps", f"skip_steps {skip} is {skip / steps:.0%} of the data's {steps} "
+            f"steps: a rollback after an anomaly in the last {skip} steps skips to the data's end (its margin "
+            "shortened), and one whose bad window reaches the end leaves nothing to train: the run ends there, its "
+            "data exhausted", f"use a skip_steps of a few percent of the run, e.g. {max(1, steps // 50)}"))
     return found
