@@ -32,8 +32,8 @@ def export(
     from msmon.cli.render import finding_line
     from msmon.config.launch_flags import parse_launch_flags
     from msmon.config.loader import load_config
-    from msmon.config.mindformers_yaml import check_run_mode, mindformers_config, render
-    from msmon.runner.cpu_support import PLAIN_MODULE, PLAIN_MODULE_TEXT, for_plain_mindformers
+    from msmon.config.mindformers_yaml import PLAIN_MODULE, check_run_mode, mindformers_config, render
+    from msmon.runner.cpu_support import PLAIN_MODULE_TEXT, for_plain_mindformers
     from msmon.runner.trainer import ensure_generated_data
     from msmon.util.atomic import atomic_write_text
     from msmon.validate.validator import validate

@@ -4,9 +4,11 @@ Built from the user's YAML as mindformers itself parses it (PyYAML: ``1e-5`` sta
 where OmegaConf would make it a float), with only msmon's own changes: the values of msmon's interpolations
 (``${now:}``, ``${oc.env:}``, ``${msmon_dataset:}``) and of the command line's overrides resolved, msmon's keys
 removed from ``monitor_config`` (mindformers' template raises ``KeyError`` on them), the train-step wrapper's
-``local_norm`` when msmon records per-layer norms, ``run_mode: train`` when the YAML has none, and ``base_config``
-made absolute (the file lives in another directory). The training loads that file the way ``run_mindformer.py``
-does (``MindFormerConfig(path)``: mindformers' config template applied), so plain mindformers loads it too.
+``local_norm`` when msmon records per-layer norms, ``run_mode: train`` when the YAML has none, ``base_config``
+made absolute (the file lives in another directory), and the ``auto_register`` keys of an ``msmon export`` that
+load msmon's CPU support into plain mindformers removed (msmon registers that support itself). The training
+loads that file the way ``run_mindformer.py`` does (``MindFormerConfig(path)``: mindformers' config template
+applied), so plain mindformers loads it too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ OTHER_RUN_MODES = ("eval", "predict", "predict_with_train_model")
 DEFAULT_RUN_MODE = "train"
 HEADER = ("# The config msmon hands mindformers (msmon export / msmon run): your YAML with msmon's keys removed, its\n"
           "# interpolations and overrides resolved. mindformers loads it as it is: run_mindformer.py --config FILE\n")
+#: The module ``msmon export`` writes beside a config that names msmon's CPU wrapper (``auto_register`` loads it).
+PLAIN_MODULE = "msmon_cpu"
 _MISSING = object()
 
 
@@ -41,9 +45,18 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     if "monitor_config" not in merged and training["monitor_config"] == {"monitor_on": False}:
         del training["monitor_config"]  # mindformers' template supplies the same defaults
     training.setdefault("run_mode", DEFAULT_RUN_MODE)
+    _drop_plain_support(training)
     if loaded.path is not None and "base_config" in training:
         training["base_config"] = _absolute(training["base_config"], Path(loaded.path).absolute().parent)
     return training
+
+
+def _drop_plain_support(training: dict[str, Any]) -> None:
+    """Remove the ``auto_register`` keys naming :data:`PLAIN_MODULE` from the sections ``msmon export`` puts them in."""
+    for section in ("runner_wrapper", "train_dataset_task"):
+        node = training.get(section)
+        if isinstance(node, dict) and str(node.get("auto_register", "")).startswith(f"{PLAIN_MODULE}."):
+            del node["auto_register"]
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any] | None:

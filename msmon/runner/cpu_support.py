@@ -20,11 +20,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from msmon.config.mindformers_yaml import PLAIN_MODULE
 from msmon.runner.mcore_cpu import apply_mcore_cpu_support, needs_mcore_cpu_support
 from msmon.validate.cpu import CPU_WRAPPER
 
-#: The module ``msmon export`` writes beside a config that names the CPU wrapper (``auto_register`` loads it).
-PLAIN_MODULE = "msmon_cpu"
 PLAIN_MODULE_TEXT = f'''"""msmon's CPU support for plain mindformers, written by `msmon export` beside the config it
 exported: python run_mindformer.py --config FILE --register_path <this directory> loads it through the config's
 auto_register (msmon must be installed in that environment)."""
