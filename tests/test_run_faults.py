@@ -49,14 +49,15 @@ class Ended:
         return [json.loads(line) for line in text.splitlines()]
 
     def logged_steps(self, log_interval: int) -> list[int]:
-        """The steps msmon logged, from the steps mindformers printed on the terminal."""
+        """The steps msmon logged, from the steps mindformers printed (``--framework-logs``: on the output)."""
         return [s for s in sorted(parse_step_lines(self.output)) if s % log_interval == 0]
 
 
 def run_with_fault(root: Path, config: Path, run_dir: Path, fault: Callable[[Launched], None], *args: str,
                    after_records: int = 3) -> Ended:
-    """`msmon run --plain CONFIG ARGS`; once ``after_records`` records are on disk, ``fault(run)``."""
-    run = Launched.start(root, "run", str(config), "--plain", *args)
+    """`msmon run --plain --framework-logs CONFIG ARGS` (mindformers' step lines on the output, whatever happens to
+    the run directory); once ``after_records`` records are on disk, ``fault(run)``."""
+    run = Launched.start(root, "run", str(config), "--plain", "--framework-logs", *args)
     try:
         run.wait_for(lambda: len(records(run_dir)) >= after_records)
         fault(run)
@@ -205,7 +206,8 @@ def test_a_dead_network_with_hanging_hooks_and_tracking_server_exits_quickly(can
     rows = run.records()
     assert info["status"] == "completed" and info["alert_count"] >= 1
     assert [r["step"] for r in rows] == list(range(run.log_interval, run.steps + 1, run.log_interval))
-    assert [s for s in sorted(parse_step_lines(run.output)) if s % run.log_interval == 0] == [r["step"] for r in rows]
+    printed = parse_step_lines((run.run_dir / "logs" / "console.log").read_text(errors="replace"))
+    assert [s for s in sorted(printed) if s % run.log_interval == 0] == [r["step"] for r in rows]
     assert info["backends"]["file"]["lost"] == 0 and "file" not in info["backends_failed_to_close"]
     assert "backend 'file' did not finish closing" not in run.output
     finished = (run.run_dir / "run.json").stat().st_mtime

@@ -17,7 +17,7 @@ from conftest import require_tool, run_msmon
 from helpers_training import parse_step_lines, write_quickstart_config
 from launch import msmon_env
 
-from msmon.runner.framework_output import QuietFilter, level_of
+from msmon.runner.framework_output import FrameworkCount, level_of, msmon_lines_only
 
 MF_INFO = ("2026-11-30 17:23:11,856 - mindformers/x/logs/output/log[mindformers/core/callback/callback.py:747] - "
            "INFO - { Epoch:[  1/  1], step:[   10/  400], loss:[6.894472/6.902883], per_step_time: 32ms")
@@ -30,7 +30,7 @@ MS_WARNING = ("[WARNING] ME(11970:140153024560000,MainProcess):2026-11-30-17:23:
 MS_ERROR = "[ERROR] RUNTIME_FRAMEWORK(11970,7f77,python):2026-11-30-17:23:06.818.421 [graph_scheduler.cc:1] Boom"
 
 
-def test_the_quiet_filter_keeps_warnings_errors_tracebacks_and_msmon_lines() -> None:
+def test_the_quiet_rule_shows_msmon_lines_only_and_counts_the_framework_warnings_and_errors() -> None:
     assert [level_of(line) for line in (MF_INFO, MF_BAR, MF_WARNING, MS_WARNING, MS_ERROR, "_recompute:False")] == [
         20, 20, 30, 30, 40, None]
     text = "\n".join([
@@ -38,14 +38,18 @@ def test_the_quiet_filter_keeps_warnings_errors_tracebacks_and_msmon_lines() -> 
         MF_INFO, "    an indented line under an INFO", MS_WARNING, "/x/y.py:3: UserWarning: careful", MS_ERROR,
         "Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "ValueError: bad",
         "after the traceback", "msmon: cannot write /x/info.log (No space left on device)",
+        MF_INFO, "Traceback (most recent call last):", '  File "y.py", line 2, in <module>', "KeyError: 'k'",
     ]) + "\n"
-    kept = QuietFilter().filter(text).splitlines()
-    assert kept == [MF_WARNING, "    its indented detail", MS_WARNING, "/x/y.py:3: UserWarning: careful", MS_ERROR,
-                    "Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "ValueError: bad",
-                    "msmon: cannot write /x/info.log (No space left on device)"]
     shown: list[str] = []
-    QuietFilter().wrap(shown.append)(f"{MF_INFO}\n{MF_BAR}\n")
-    assert shown == []
+    msmon_lines_only(shown.append)(text)
+    assert shown == ["msmon: cannot write /x/info.log (No space left on device)\n"]
+    msmon_lines_only(shown.append)(f"{MF_INFO}\n{MF_WARNING}\n")
+    assert len(shown) == 1  # nothing to show: show is not called
+    counted = FrameworkCount()
+    for line in text.splitlines(keepends=True):  # as the pipe delivers them, in pieces
+        counted.add(line)
+    # MF_WARNING, MS_WARNING, the UserWarning; MS_ERROR with the traceback under it, and the second traceback
+    assert (counted.warnings, counted.errors) == (3, 2)
 
 
 def test_framework_logs_brings_the_step_lines_back_above_the_panel(canonical) -> None:
@@ -68,11 +72,22 @@ def coloured(text: str) -> bool:
                for params in SGR.findall(text) for code in (int(p) for p in params.split(";") if p))
 
 
+#: What msmon itself puts on the screen of a run: its lines, its findings, the panel's box, the ending's lines.
+MSMON_SCREEN = re.compile(r"^(msmon: |HEALTH ALERT |(warning|error) MS\d{3} |next:$|  \S|[╭│╰])")
+
+
+def framework_lines(screen: str) -> list[str]:
+    """The lines of a screen (escape sequences removed) that msmon did not write."""
+    return [line for line in screen.splitlines() if line.strip() and not MSMON_SCREEN.match(line)]
+
+
 @pytest.mark.training
-def test_in_tmux_no_color_keeps_the_panel_without_colour_and_plain_keeps_the_quiet_rule(tmp_path: Path) -> None:
-    """Two real runs in a tmux pane, one with NO_COLOR=1, one with --plain: no mindformers step line on the screen in
-    either; under NO_COLOR the panel without a colour; --plain prints plain progress lines; the first line names the
-    log that holds everything. (Neither: the canonical run on a terminal, test_run_e2e.py.)"""
+def test_in_tmux_the_quickstart_shows_no_framework_line_with_the_panel_without_colour_or_plain(tmp_path: Path) -> None:
+    """Two real quickstart runs in a 140x40 tmux pane, one with NO_COLOR=1, one with --plain: not one line of the
+    framework on the screen from launch to the ending (mindformers' deprecation warnings, its step lines, MindSpore's
+    GLOG lines: all in console.log); the first line names that log, the ending counts its warnings; under NO_COLOR
+    the panel without a colour; --plain prints plain progress lines. (Neither: the canonical run on a terminal,
+    test_run_e2e.py.)"""
     require_tool("tmux", "apt-get install -y tmux")
     for name in ("nocolor", "plain"):
         (tmp_path / name).mkdir()
@@ -86,7 +101,7 @@ def test_in_tmux_no_color_keeps_the_panel_without_colour_and_plain_keeps_the_qui
               f"echo ==end==; touch {done}; sleep 600")
     env = {k: v for k, v in msmon_env(tmp_path, terminal=True).items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
     tmux = ["tmux", "-L", f"msmon-runs-{os.getpid()}", "-f", "/dev/null"]
-    subprocess.run([*tmux, "new-session", "-d", "-x", "150", "-y", "50", "bash", "-c", script], check=True, env=env)
+    subprocess.run([*tmux, "new-session", "-d", "-x", "140", "-y", "40", "bash", "-c", script], check=True, env=env)
     try:
         subprocess.run([*tmux, "set-option", "-g", "history-limit", "50000"], check=True)
         deadline = time.monotonic() + 600
@@ -101,13 +116,34 @@ def test_in_tmux_no_color_keeps_the_panel_without_colour_and_plain_keeps_the_qui
     assert coloured(control)  # the control: the capture keeps a colour the pane showed
     no_color, plain = rest.split("==plain==")
     plain = plain.split("==end==")[0]
-    for part in (no_color, plain):
+    for name, part in (("nocolor", no_color), ("plain", plain)):
         text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", part)
-        assert not parse_step_lines(text) and "step:[" not in text, text[-2000:]  # no mindformers step line
-        assert "framework's info lines are in" in text and "console.log" in text
+        assert framework_lines(text) == [], text[-3000:]
+        assert "msmon: the framework's output is in" in text and "console.log" in text
         assert "run completed (exit 0" in text
+        run_dir = tmp_path / name / "monitor_logs" / "quickstart" / name
+        logged = (run_dir / "logs" / "console.log").read_text(encoding="utf-8")
+        assert parse_step_lines(logged) and sum(level_of(line) == 30 for line in logged.splitlines()) > 0
+        warnings = json.loads((run_dir / "run.json").read_text())["framework_warnings"]
+        assert warnings > 0 and f"framework output: {warnings} warnings, 0 errors, in {run_dir}" in text.replace(
+            "\n", "")
     assert "╭─ msmon" in no_color and not coloured(no_color), no_color[-2000:]
     assert "msmon: step 20/20" in plain and "╭" not in plain
+
+
+@pytest.mark.parametrize("name", ["lr_50_legacy", "lr_50_mcore"])
+def test_piped_a_run_prints_a_line_per_logged_step_and_its_ending_and_nothing_of_the_framework(canonical,
+                                                                                             name: str) -> None:
+    """Outside a terminal (the canonical lr-50 runs, piped, every other step of 60 logged, alerts from step 1):
+    the output is msmon's, at most one line per logged step plus 30; every framework line is in console.log."""
+    run = canonical(name)
+    logged = len(run.records())
+    lines = run.output.splitlines()
+    assert framework_lines(run.output) == [] and len(lines) <= logged + 30, run.output
+    assert sum(line.startswith("msmon: step ") for line in lines) == logged == 30
+    console = (run.run_dir / "logs" / "console.log").read_text(encoding="utf-8")
+    assert parse_step_lines(console) or "Traceback" not in console  # mcore logs its steps in another form
+    assert run.info["framework_warnings"] == sum(level_of(line) == 30 for line in console.splitlines())
 
 
 def test_an_interrupted_run_ends_with_the_command_that_continues_it(canonical) -> None:

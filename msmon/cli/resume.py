@@ -88,8 +88,8 @@ def resume(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live "
                                "panel (the framework's output as quiet as under the panel)."),
-    framework_logs: bool = typer.Option(False, "--framework-logs", help="All of the framework's output above the "
-                                        "live panel."),
+    framework_logs: bool = typer.Option(False, "--framework-logs", help="Show all of the framework's output too "
+                                        "(default: in <run>/logs/console.log only)."),
     report: bool = typer.Option(False, "--report", help="Write the HTML report when the run ends."),
 ) -> None:
     """Continue a run from its latest complete checkpoint with its own config snapshot and recorded overrides;

@@ -57,8 +57,8 @@ def run(
     plain: bool = typer.Option(False, "--plain", help="Plain progress lines instead of the live panel "
                                "(the framework's output as quiet as under the panel)."),
     framework_logs: bool = typer.Option(
-        False, "--framework-logs", help="Above the live panel, all of mindformers' and MindSpore's output (default: "
-        "their warnings and errors; all of it is in <run>/logs/console.log)."),
+        False, "--framework-logs", help="Show all of mindformers' and MindSpore's output too (above the panel, or "
+        "between the plain lines). Default: none of it on screen, all of it in <run>/logs/console.log."),
     report: bool = typer.Option(False, "--report", help="Write the HTML report when the run ends (also after a "
                                 "failure or an interruption) and print its path."),
     worker_num: int = typer.Option(None, "--worker-num", help="Ranks in total: launch through MindSpore's msrun."),

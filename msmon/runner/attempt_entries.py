@@ -15,9 +15,10 @@ from msmon.status import RunStatus
 START, RESUME, RESTART, ROLLBACK = "start", "resume", "restart", "rollback"
 #: What an attempt entry of run.json holds when it ends.
 END_FIELDS = ("status", "exit_code", "last_step", "alert_count", "dropped_records", "records_lost", "internal_errors",
-              "error")
+              "framework_warnings", "framework_errors", "error")
 #: What run.json sums over the attempts.
-SUMMED = ("alert_count", "dropped_records", "records_lost", "internal_errors")
+SUMMED = ("alert_count", "dropped_records", "records_lost", "internal_errors", "framework_warnings",
+          "framework_errors")
 
 
 def carried_over(previous: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -238,6 +238,7 @@ class AttemptLoop:
         end(self.entry, status=result.status.value, exit_code=int(self.lifecycle.exit_code(result.status)),
                      last_step=last, alert_count=summed.alert_count, dropped_records=summed.dropped_records,
                      internal_errors=summed.internal_errors.count, error=result.error,
+                     framework_warnings=summed.framework_warnings, framework_errors=summed.framework_errors,
                      records_lost=results.backend_accounting(ranks)["records_lost"])
 
     def _alert_restart(self, cause: str, point: ResumePoint | None, delay: float, last: int | None) -> None:

@@ -1,17 +1,19 @@
-"""Which lines of the training's console output a quiet terminal shows above the live panel.
+"""The training's console output read line by line: the level a line announces, the framework's warnings and
+errors counted, and the quiet rule (only msmon's own lines on the screen).
 
-mindformers logs two INFO lines per step (the step line and a progress bar) and prints pages of
-``ParallelConfig`` attributes at start; MindSpore's C++ layer writes GLOG lines. Above the panel (which shows
-the same numbers better) only warnings and errors are kept, with what belongs to them (a traceback, the
-indented lines under a warning), plus msmon's own lines. Everything still goes to ``logs/console.log``.
+mindformers logs two INFO lines per step and a progress bar, prints pages of ``ParallelConfig`` attributes and
+deprecation warnings at start; MindSpore's C++ layer writes GLOG lines. The screen shows the same numbers better
+(the live panel, the plain lines): by default none of it is shown, all of it is in ``logs/console.log``, and the
+ending says how many warnings and errors it holds.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
-WARNING = 30
+WARNING, ERROR = 30, 40
 LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40, "EXCEPTION": 40, "CRITICAL": 50}
 #: Python logging's usual format, mindformers' included: ``2026-11-30 17:23:06,343 - name[file:1] - INFO - ...``
 _PYTHON_LOG = re.compile(r" - (DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|EXCEPTION) - ")
@@ -31,38 +33,38 @@ def level_of(line: str) -> int | None:
     return None
 
 
-class QuietFilter:
-    """``keep(line)``: warnings and errors, their continuation lines, tracebacks and msmon's lines."""
+MSMON_PREFIX = "msmon:"
 
-    def __init__(self) -> None:
-        self._showing = False  # whether the last line that announced a level was shown
-        self._in_traceback = False
 
-    def keep(self, line: str) -> bool:
-        if line.startswith(TRACEBACK):
-            self._in_traceback = self._showing = True
-            return True
-        if self._in_traceback:
-            if line and not line[0].isspace():  # the exception line closes the traceback
-                self._in_traceback = False
-            return True
-        if line.startswith("msmon:"):
-            return True
-        level = level_of(line)
-        if level is not None:
-            self._showing = level >= WARNING
-            return self._showing
-        return self._showing and line[:1].isspace()  # an indented line belongs to the message above it
+@dataclass
+class FrameworkCount:
+    """How many warnings and errors the captured lines announce (a traceback is one error, also under an error
+    line that introduces it: counted once)."""
 
-    def filter(self, text: str) -> str:
-        """The kept lines of ``text`` (complete lines, each ending with a newline)."""
-        return "".join(line for line in text.splitlines(keepends=True) if self.keep(line.rstrip("\n")))
+    warnings: int = 0
+    errors: int = 0
+    _last_error: bool = False
 
-    def wrap(self, show: Callable[[str], None]) -> Callable[[str], None]:
-        """``show``, given only the kept lines."""
+    def add(self, text: str) -> None:
+        """Count the complete lines of ``text``."""
+        for line in text.splitlines():
+            if line.startswith(TRACEBACK):
+                self.errors += not self._last_error
+                self._last_error = True
+                continue
+            level = level_of(line)
+            if level is None:
+                continue  # continuation lines belong to the message above them
+            self._last_error = level >= ERROR
+            self.errors += level >= ERROR
+            self.warnings += WARNING <= level < ERROR
 
-        def quiet(text: str) -> None:
-            if kept := self.filter(text):
-                show(kept)
 
-        return quiet
+def msmon_lines_only(show: Callable[[str], None]) -> Callable[[str], None]:
+    """``show``, given only msmon's own lines of complete ``text`` (the quiet rule)."""
+
+    def quiet(text: str) -> None:
+        if kept := "".join(line for line in text.splitlines(keepends=True) if line.startswith(MSMON_PREFIX)):
+            show(kept)
+
+    return quiet

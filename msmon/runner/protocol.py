@@ -114,6 +114,8 @@ class RankResult:
     accounting: BackendAccounting = field(default_factory=BackendAccounting)
     internal_errors: InternalErrors = field(default_factory=InternalErrors)
     anomaly: Anomaly | None = None  # stopped (or ended at its last step) by a rollback detector: what it found
+    framework_warnings: int = 0  # the framework's warning and error lines in logs/console.log (the writing rank)
+    framework_errors: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +125,7 @@ class RankResult:
             "backends_failed_to_close": list(self.accounting.failed_to_close),
             "internal_errors": self.internal_errors.count, "first_internal_error": self.internal_errors.first,
             "anomaly": self.anomaly.to_json() if self.anomaly is not None else None,
+            "framework_warnings": self.framework_warnings, "framework_errors": self.framework_errors,
         }
 
     @classmethod
@@ -141,6 +144,8 @@ class RankResult:
                                          tuple(data.get("backends_failed_to_close") or ())),
             internal_errors=InternalErrors(int(data.get("internal_errors") or 0), data.get("first_internal_error")),
             anomaly=Anomaly.from_json(anomaly) if anomaly is not None else None,
+            framework_warnings=int(data.get("framework_warnings") or 0),
+            framework_errors=int(data.get("framework_errors") or 0),
         )
 
 

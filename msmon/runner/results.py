@@ -75,10 +75,13 @@ class Totals:
     dropped_records: int = 0
     alert_count: int = 0
     internal_errors: InternalErrors = InternalErrors()
+    framework_warnings: int = 0
+    framework_errors: int = 0
 
 
 def totals(results: dict[int, RankResult]) -> Totals:
-    """The last step, dropped records, alerts and internal errors over the ranks' results."""
+    """The last step, dropped records, alerts, internal errors and the framework's warnings and errors over the
+    ranks' results."""
     steps = [r.last_step for r in results.values() if r.last_step is not None]
     errors = InternalErrors()
     for rank in sorted(results):
@@ -88,4 +91,6 @@ def totals(results: dict[int, RankResult]) -> Totals:
         sum(r.dropped_records for r in results.values()),
         sum(r.alert_count for r in results.values()),
         errors,
+        sum(r.framework_warnings for r in results.values()),
+        sum(r.framework_errors for r in results.values()),
     )

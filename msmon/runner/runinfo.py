@@ -81,14 +81,16 @@ def finish_info(
     internal: InternalErrors,
     accounting: dict[str, Any] | None = None,
     note: str | None = None,
+    framework: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
     """``info`` with the end of the run filled in (``accounting``: records_lost, backends_failed_to_close,
     backends, as results.backend_accounting gives them; ``note``: why a completed run ended before its last step,
-    run.json's ``note``, only then)."""
+    run.json's ``note``, only then; ``framework``: the warning and error lines of the framework's output)."""
     return dict(
         info, status=status.value, exit_code=exit_code, last_step=last_step, end_time=now_iso(),
         dropped_records=dropped_records, alert_count=alert_count, error=error, internal_errors=internal.count,
-        first_internal_error=internal.first, **(accounting or {}), **({"note": note} if note else {}),
+        first_internal_error=internal.first, framework_warnings=framework[0], framework_errors=framework[1],
+        **(accounting or {}), **({"note": note} if note else {}),
     )
 
 

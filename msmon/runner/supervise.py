@@ -214,6 +214,7 @@ class Run:
             dropped_records=summed.dropped_records, alert_count=summed.alert_count + self.watcher.alert_count,
             error=error, internal=internal_errors.seen() + summed.internal_errors,
             accounting=results.backend_accounting(ranks), note=note,
+            framework=(summed.framework_warnings, summed.framework_errors),
         )
         self.info = attempt_entries.finish(self.info)
         if self.reserve is not None:

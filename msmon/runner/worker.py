@@ -25,11 +25,12 @@ import yaml
 from msmon import layout
 from msmon.errors import ExitCode, describe
 from msmon.runner import stacks
-from msmon.runner.console import ConsoleCapture, show_progress
+from msmon.runner.console import Console, capture_console, show_progress
 from msmon.runner.protocol import BackendAccounting, RankResult, RankSpec, SpecError, write_result
 from msmon.status import RunStatus, exit_code, rank_exit_code
 from msmon.util import internal_errors, logs
 from msmon.util.files import SpaceReserve
+from msmon.view.progress import PlainView
 
 CHILD_GRACE_S = 5.0  # this process's children (MindSpore's summary writer pool) get this long to exit
 EXIT_GUARD_S = 10.0  # MindSpore's exit handlers get this long before the process ends anyway
@@ -56,7 +57,7 @@ class Worker:
         self.run_dir = spec.run_dir
         self.session: Any = None
         self.health: Any = None
-        self.console: ConsoleCapture | None = None
+        self.console: Console | None = None
         self.reserve: SpaceReserve | None = None
         self.signalled: str | None = None
         self.forced_by: str | None = None
@@ -91,8 +92,11 @@ class Worker:
         os._exit(code)
 
     def begin(self) -> None:
-        """Before the training: this rank's log, stacks on request, the reserved space, the signal handlers."""
+        """Before the training: this rank's log, the writing rank's output captured (msmon's own process: before
+        the framework writes a line), stacks on request, the reserved space, the signal handlers."""
         self._logging()
+        if self.own_process and not self.scheduler and self.rank == self.writer_rank:
+            self._capture()
         if not self.scheduler:
             stacks.register(self.run_dir, self.rank)
         self.reserve = SpaceReserve(self.run_dir / layout.LOGS / f".reserve.rank_{self.rank}")
@@ -152,17 +156,22 @@ class Worker:
             path, prefix = layout.rank_log(self.run_dir, self.rank), f"[rank {self.rank}] "
         logs.attach(logs.file_handler(path, prefix))
 
+    def _capture(self) -> None:
+        """The writing rank's output captured (msmon.runner.console); msmon's own lines go to the screen."""
+        self.console = capture_console(self.spec.view, self.run_dir / layout.CONSOLE_LOG)
+        self.stderr.setStream(cast(TextIO, self.console.screen))
+
     def _add_view(self, verbose: bool) -> None:
-        """The writing rank of ``msmon run``: its progress on the terminal (msmon.runner.console.show_progress)."""
+        """The writing rank's progress (msmon.runner.console.show_progress); in a user's own launch its output is
+        captured from here, and only on a terminal (its process, its output)."""
         if self.rank != self.writer_rank or self.session is None:
             return
-        on_terminal = sys.stdout.isatty() or sys.stderr.isatty()
-        progress = show_progress(self.spec.view, self.run_dir / layout.CONSOLE_LOG, on_terminal=on_terminal,
-                                 verbose=verbose)
-        self.console = progress.capture
-        if progress.capture is not None:  # msmon's own lines go where the progress is
-            self.stderr.setStream(cast(TextIO, progress.view))
-        self.session.add_listener(progress.view)
+        if self.console is None and (sys.stdout.isatty() or sys.stderr.isatty()):
+            self._capture()
+        if self.console is None:
+            self.session.add_listener(PlainView(self.spec.view.total_steps, verbose=verbose))
+            return
+        self.session.add_listener(show_progress(self.spec.view, self.console, verbose=verbose))
 
     def _open_session(self, settings: Any, training: dict[str, Any]) -> None:
         if self.scheduler or not (settings.enable_monitor and settings.use_callback):
@@ -206,8 +215,11 @@ class Worker:
                 if status in (RunStatus.STOPPED_BY_MONITOR, RunStatus.COMPLETED) and self.health.monitor is not None:
                     result = dataclasses.replace(result, anomaly=self.health.monitor.anomaly)  # at the last step too
             if self.console is not None:  # the panel is closed: the terminal gets its descriptors back
-                self.console.stop()
+                self.console.capture.stop()
                 self.stderr.setStream(sys.stderr)
+                counts = self.console.capture.counts
+                result = dataclasses.replace(result, framework_warnings=counts.warnings,
+                                             framework_errors=counts.errors)
             self._write_result(result)
             self._written = True
         finally:

@@ -46,7 +46,8 @@ def _duration_s(info: dict) -> float | None:
 
 
 def summary_lines(run: RunData) -> list[str]:
-    """Steps and duration, first / final / best loss, alerts with the first one's message, the records."""
+    """Steps and duration, first / final / best loss, alerts with the first one's message, the records, the
+    framework's warnings and errors and where its output is."""
     info = run.info
     steps, total = info.get("last_step"), info.get("total_steps")
     done = f"{steps if steps is not None else 0}" + (f" of {total}" if total else "")
@@ -68,6 +69,9 @@ def summary_lines(run: RunData) -> list[str]:
         lines.append("  alerts: none")
     dropped, lost = info.get("dropped_records") or 0, info.get("records_lost") or 0
     lines.append(f"  records: {len(run.records)} logged, {dropped} dropped, {lost} lost")
+    if (run.path / layout.CONSOLE_LOG).is_file():
+        warnings, errors = info.get("framework_warnings") or 0, info.get("framework_errors") or 0
+        lines.append(f"  framework output: {warnings} warnings, {errors} errors, in {run.path / layout.CONSOLE_LOG}")
     internal = info.get("internal_errors") or 0
     if internal:
         lines.append(f"  msmon internal errors: {internal} (a bug of msmon; training went on); the first: "
