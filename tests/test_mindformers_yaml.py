@@ -117,6 +117,23 @@ def test_a_shipped_predict_config_is_refused_and_nothing_is_created(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_export_to_a_directory_or_an_unwritable_place_names_the_path_and_leaves_nothing(tmp_path: Path) -> None:
+    """-o DIR said "/.tmp.ye5gx7hv.tmp: cannot write (Is a directory)"; -o /proc/x.yaml named a temporary file,
+    after msmon_cpu.py was written (a half export)."""
+    target = tmp_path / "out"
+    target.mkdir()
+    result = run_msmon("export", "quickstart", "-o", str(target), cwd=tmp_path)
+    assert result.code == 1 and result.stderr.strip().splitlines() == [
+        f"error: --out {target} is a directory (give a file path, e.g. --out {target / 'exported.yaml'})"]
+    too_long = target / ("x" * 300 + ".yaml")  # msmon_cpu.py is written beside it, then the config fails
+    result = run_msmon("export", "quickstart", "-o", str(too_long), cwd=tmp_path)
+    assert result.code == 1 and f"{too_long}: cannot write (File name too long)" in result.stderr
+    assert list(target.iterdir()) == []  # the module written first is removed again
+    result = run_msmon("export", "quickstart", "-o", "/proc/x.yaml", cwd=tmp_path)
+    assert result.code == 1 and "error: /proc/msmon_cpu.py: cannot write" in result.stderr
+    assert "Traceback" not in result.stderr and ".tmp" not in result.stderr
+
+
 @pytest.mark.training
 @pytest.mark.parametrize("model", list(QUICKSTARTS))
 def test_export_of_a_quickstart_trains_under_plain_run_mindformer(tmp_path: Path, model: str) -> None:

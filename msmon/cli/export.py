@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +36,6 @@ def export(
     from msmon.config.mindformers_yaml import PLAIN_MODULE, check_run_mode, mindformers_config, render
     from msmon.runner.cpu_support import PLAIN_MODULE_TEXT, for_plain_mindformers
     from msmon.runner.trainer import ensure_generated_data
-    from msmon.util.atomic import atomic_write_text
     from msmon.validate.validator import validate
 
     plain, flags = parse_launch_flags(overrides or [])
@@ -58,13 +58,7 @@ def export(
     if out is None:
         sys.stdout.write(text)
     else:
-        try:
-            if module is not None:
-                atomic_write_text(module, PLAIN_MODULE_TEXT)
-            atomic_write_text(out, text)
-        except OSError as exc:
-            raise MsmonError(f"{exc.filename or out}: cannot write ({exc.strerror})",
-                             "pick a writable path for --out") from exc
+        _write_all([(module, PLAIN_MODULE_TEXT)] if module is not None else [], Path(out), text)
         print(f"msmon: wrote {out}", file=sys.stderr)
     if for_plain is not None:
         ensure_generated_data(training)  # plain mindformers reads msmon's generated datasets as files
@@ -73,6 +67,26 @@ def export(
               "msmon: the config names msmon's CPU wrapper: `msmon export ... -o FILE` also writes msmon_cpu.py beside "
               "FILE, which `run_mindformer.py --register_path DIR` loads", file=sys.stderr)
     _name_missing_inputs(errors)
+
+
+def _write_all(beside: list[tuple[Path, str]], out: Path, text: str) -> None:
+    """Write the files ``beside`` the config, then the config at ``out``: all of them, or (a path that cannot be
+    written) none that did not exist before, and a one-line error naming that path."""
+    from msmon.util.atomic import atomic_write_text
+
+    if os.path.isdir(out):  # Path.is_dir raises on a name too long
+        raise MsmonError(f"--out {out} is a directory", f"give a file path, e.g. --out {out / 'exported.yaml'}")
+    created: list[Path] = []
+    for path, content in [*beside, (out, text)]:
+        existed = os.path.exists(path)
+        try:
+            atomic_write_text(path, content)
+        except OSError as exc:
+            for made in created:
+                made.unlink(missing_ok=True)
+            raise MsmonError(f"{path}: cannot write ({exc.strerror})", "pick a writable path for --out") from exc
+        if not existed:
+            created.append(path)
 
 
 def _name_missing_inputs(missing: list[Finding]) -> None:

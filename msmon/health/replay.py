@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -168,12 +169,12 @@ def replay(
     source = Path(path)
     total = None
     boundaries: list[int] = []
-    if source.is_dir():
+    if os.path.isdir(source):  # os.path: False for a name too long
         boundaries = resume_steps(source)
         metrics, own_settings, own_config, total = run_dir_inputs(source)
         settings = settings or own_settings
         config = config if config is not None else own_config
-    elif source.exists():
+    elif os.path.exists(source):
         metrics = source
     else:
         raise MsmonError(f"{source}: no such file or directory", "pass a run directory or a JSON Lines file")

@@ -65,15 +65,15 @@ def _mindinsight_base(directory: Path) -> Path:
 def resolve_board_dir(path: str | os.PathLike[str] | None, backend: str) -> Path:
     """The absolute directory to serve; MsmonError (exit 5) when it does not exist."""
     given = Path(path if path is not None else DEFAULT_SAVE_DIR).expanduser()
-    if given.is_file() and given.suffix.lower() in (".yaml", ".yml"):
+    if os.path.isfile(given) and given.suffix.lower() in (".yaml", ".yml"):  # os.path: False for a name too long
         directory = _from_config(given)
-    elif given.exists() and not given.is_dir():
+    elif os.path.exists(given) and not os.path.isdir(given):
         raise MsmonError(
             f"{given}: not a directory or a .yaml config", "pass a save_dir or a training YAML", ExitCode.BOARD_FAILED
         )
     else:
         directory = given
-    if not directory.is_dir():
+    if not os.path.isdir(directory):
         raise MsmonError(
             f"board directory {directory} does not exist",
             "train first (msmon run CONFIG) or pass the save_dir that holds the runs",

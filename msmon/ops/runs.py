@@ -202,7 +202,7 @@ def previous_run(save_dir: Path, run_dir: Path) -> Path | None:
 def rank_status(run_dir: str | os.PathLike[str]) -> tuple[RunInfo, RankReport]:
     """``msmon status``: the run and each of its ranks now; MsmonError when it is not a run directory."""
     path = Path(run_dir)
-    if not path.is_dir() or not _is_run_dir(path):
+    if not os.path.isdir(path) or not _is_run_dir(path):  # os.path: False for a name too long
         raise MsmonError(f"{path}: not a run directory (no {', '.join(layout.MARKERS)})",
                          "pass <save_dir>/<project>/<run>; `msmon runs SAVE_DIR` lists them")
     now = time.time()
@@ -212,7 +212,7 @@ def rank_status(run_dir: str | os.PathLike[str]) -> tuple[RunInfo, RankReport]:
 def list_runs(save_dir: str | os.PathLike[str], stale_after_s: float = STALE_AFTER_S) -> list[RunInfo]:
     """Every run under ``save_dir``, oldest start first; MsmonError when the directory does not exist."""
     root = Path(save_dir)
-    if not root.is_dir():
+    if not os.path.isdir(root):
         raise MsmonError(f"{root}: no such directory", "pass the save_dir of the runs (monitor_config.save_dir)")
     runs = [read_run(p, root, stale_after_s) for p in find_run_dirs(root)]
     return sorted(runs, key=lambda r: (r.start.timestamp() if r.start else r.last_modified, r.project, r.run))

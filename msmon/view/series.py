@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,9 +137,9 @@ def load_run(path: str | Path) -> RunData:
     """Load a run directory (or its metrics.jsonl); MsmonError for a missing directory, or one that is no run
     (neither metrics.jsonl nor run.json). A run that failed before its first logged step has no records."""
     run_dir = Path(path)
-    if run_dir.is_file() and run_dir.name.endswith(".jsonl"):
+    if os.path.isfile(run_dir) and run_dir.name.endswith(".jsonl"):  # os.path: False for a name too long
         run_dir = run_dir.parent
-    if not run_dir.exists():
+    if not os.path.exists(run_dir):
         raise MsmonError(f"run directory not found: {path}", "pass <save_dir>/<project_name>/<run_name>",
                          ExitCode.INVALID)
     if not run_dir.is_dir():
