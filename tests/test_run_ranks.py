@@ -92,6 +92,9 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
         own = mindformers_step_lines(run.run_dir, rank=rank)[STEPS]["loss"]  # each rank's own batch
         assert beat["logged"]["loss"] == pytest.approx(own, abs=1e-5)
         text = (run.run_dir / "logs" / "ranks" / f"worker_{rank}.log").read_text(errors="replace")
+        if rank == 0:  # the writing rank's framework output is captured in the run's console.log, a line says so
+            assert "msmon: the framework's output is in" in text
+            text += (run.run_dir / "logs" / "console.log").read_text(errors="replace")
         assert "global_batch_size = batch_size_per_card * device_num" in text and "= 4 = 2 * 2 * 1" in text
         assert json.loads((run.run_dir / "logs" / f"rank_{rank}.result.json").read_text())["status"] == "completed"
     assert heartbeats[0]["logged"]["loss"] != heartbeats[1]["logged"]["loss"]
