@@ -68,36 +68,84 @@ def test_an_auto_register_check_without_deep_says_it_too(tmp_path: Path, broken_
     assert result.code == 1 and [f["code"] for f in json.loads(result.stdout)["findings"]] == ["MS704"]
 
 
-LOAD_REGISTRIES = ("import json, sys; from msmon.validate.registry import load_builtins; "
-                   "names = load_builtins().names; "
-                   "print(json.dumps({'imported': 'mindformers' in sys.modules, "
-                   "'sizes': {k: len(v) for k, v in names.items()}}))")
+LOAD_REGISTRIES = ("import json, sys; from msmon.validate.registry_cache import load_builtins; "
+                   "found = load_builtins(); "
+                   "print(json.dumps({'imported': sorted(m for m in ('mindformers', 'mindspore') if m in sys.modules), "
+                   "'sizes': {k: len(v) for k, v in found.names.items()}, 'classes': len(found.classes), "
+                   "'sections': len(found.schema.sections)}))")
 
 
-def test_the_registries_are_imported_once_then_read_from_the_cache(tmp_path: Path) -> None:
+def test_the_registries_are_read_once_in_a_child_then_from_the_cache(tmp_path: Path) -> None:
+    """The first call reads the installed mindformers in a child process and says so in one stderr line; the next
+    reads msmon's cache; neither imports mindformers or mindspore itself."""
     import subprocess
     import sys
 
     env = {**os.environ, "MSMON_CACHE_DIR": str(tmp_path / "cache")}
-    runs = [json.loads(subprocess.run([sys.executable, "-c", LOAD_REGISTRIES], env=env, capture_output=True,
-                                      text=True, check=True, timeout=300).stdout.splitlines()[-1]) for _ in range(2)]
-    assert [run["imported"] for run in runs] == [True, False]
-    assert runs[0]["sizes"] == runs[1]["sizes"] and runs[0]["sizes"]["mindformers registry"] > 100
+    procs = [subprocess.run([sys.executable, "-c", LOAD_REGISTRIES], env=env, capture_output=True, text=True,
+                            check=True, timeout=600) for _ in range(2)]
+    runs = [json.loads(proc.stdout.splitlines()[-1]) for proc in procs]
+    said = [[line for line in proc.stderr.splitlines() if "reading the installed mindformers' registry" in line]
+            for proc in procs]
+    assert [len(lines) for lines in said] == [1, 0], [proc.stderr for proc in procs]
+    assert said[0][0].startswith("msmon: reading the installed mindformers' registry once (about ")
+    assert said[0][0].endswith(" s; cached for later calls)")
+    assert [run["imported"] for run in runs] == [[], []]
+    assert runs[0] == runs[1] and runs[0]["sizes"]["mindformers registry"] > 100 and runs[0]["sections"] > 10
     assert len(list((tmp_path / "cache" / "registry").glob("*.json"))) == 1
 
 
-def test_an_edited_source_file_of_a_registry_package_gets_a_new_cache_entry(tmp_path: Path, monkeypatch) -> None:
-    from msmon.validate import registry
+def _fake_package(site: Path, version: str | None) -> Path:
+    """A package in ``site``: installed regularly (a ``name-version.dist-info`` beside it) or not (no version)."""
+    package = site / "fake_registry_pkg"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("NAMES = []\n")
+    for old in site.glob("fake_registry_pkg-*.dist-info"):
+        for child in old.iterdir():
+            child.unlink()
+        old.rmdir()
+    if version is not None:
+        dist = site / f"fake_registry_pkg-{version}.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Name: fake_registry_pkg\nVersion: {version}\n")
+        (dist / "RECORD").write_text("fake_registry_pkg/__init__.py,,\n")
+    return package
 
-    package = tmp_path / "site" / "fake_registry_pkg"
-    package.mkdir(parents=True)
-    module = package / "__init__.py"
-    module.write_text("NAMES = []\n")
+
+def _later(path: Path) -> None:
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+def test_an_edited_source_file_of_an_unversioned_package_gets_a_new_cache_entry(tmp_path: Path, monkeypatch) -> None:
+    from msmon.validate import registry_cache
+
+    package = _fake_package(tmp_path / "site", None)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setattr(registry, "REGISTRY_PACKAGES", ("fake_registry_pkg",))
+    monkeypatch.setattr(registry_cache, "REGISTRY_PACKAGES", ("fake_registry_pkg",))
     monkeypatch.setenv("MSMON_CACHE_DIR", str(tmp_path / "cache"))
-    before = registry._cache_file()
-    assert before == registry._cache_file() and before.parent == tmp_path / "cache" / "registry"
-    stat = module.stat()
-    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert registry._cache_file() != before
+    before = registry_cache.cache_file()
+    assert before == registry_cache.cache_file() and before.parent == tmp_path / "cache" / "registry"
+    _later(package / "__init__.py")
+    assert registry_cache.cache_file() != before
+
+
+def test_a_regular_install_is_fingerprinted_by_its_record_an_upgrade_or_reinstall_gets_a_new_entry(
+        tmp_path: Path, monkeypatch) -> None:
+    """No scan of the package's sources (mindspore has thousands): its dist-info's RECORD, which every install
+    rewrites, and its version."""
+    from msmon.validate import registry_cache
+
+    site = tmp_path / "site"
+    package = _fake_package(site, "1.0.0")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(registry_cache, "REGISTRY_PACKAGES", ("fake_registry_pkg",))
+    monkeypatch.setenv("MSMON_CACHE_DIR", str(tmp_path / "cache"))
+    first = registry_cache.cache_file()
+    _later(package / "__init__.py")  # a source file alone (no install): the same entry
+    assert registry_cache.cache_file() == first
+    _later(site / "fake_registry_pkg-1.0.0.dist-info" / "RECORD")  # reinstalled
+    reinstalled = registry_cache.cache_file()
+    _fake_package(site, "1.1.0")  # upgraded
+    upgraded = registry_cache.cache_file()
+    assert len({first, reinstalled, upgraded}) == 3

@@ -82,7 +82,7 @@ def test_validate_and_dry_run_show_which_rank_the_metrics_come_from(tmp_path: Pa
         "parallel_config.micro_batch_num": 4})
     env = {"MSMON_HOME": str(tmp_path / "home"), "MSMON_CACHE_DIR": str(tmp_path / "cache")}
     shown = "rank 6: the first rank of the last of 4 pipeline stages, ranks 6-7 of 8; the other stages hold no loss"
-    checked = run_msmon("validate", str(config), cwd=tmp_path, env=env)
+    checked = run_msmon("validate", str(config), "--worker-num", "8", cwd=tmp_path, env=env)  # as run: its ranks
     assert checked.code == 0 and f"metrics from: {shown}" in checked.stdout, checked.stdout + checked.stderr
     plan = run_msmon("run", str(config), "--dry-run", "--worker-num", "8", cwd=tmp_path, env=env)
     assert plan.code == 0 and f"metrics from:  {shown}" in plan.stdout, plan.stdout + plan.stderr

@@ -48,13 +48,16 @@ def test_real_config_with_anchors_and_monitor_keys_via_cli(tmp_path: Path) -> No
     text = path.read_text()
     assert "&" in text or "monitor_config" in text
     result = run_msmon("validate", str(path), "monitor_config.log_interval=20", "--json", cwd=tmp_path)
-    # its placeholder (the Megatron data_path '/path/to/wiki103-megatron_text_document') is refused: MS011
+    # its placeholder (the Megatron data_path '/path/to/wiki103-megatron_text_document') is refused: MS011; its
+    # 16 devices need `msmon run --worker-num 16` (use_parallel: True), as validate says (MS026) unless told
     found = json.loads(result.stdout)["findings"]
     placeholders = {f["path"] for f in found if f["code"] == "MS011" and "placeholder" in f["message"]}
     assert placeholders == {"train_dataset.data_loader.config.data_path"}, found
-    assert result.code == 1 and all(f["severity"] != "error" for f in found if f["code"] != "MS011")
+    assert [(f["code"], f["path"]) for f in found if f["severity"] == "error" and f["code"] != "MS011"] == [
+        ("MS026", "use_parallel")] and "--worker-num N" in next(f["hint"] for f in found if f["code"] == "MS026")
+    assert result.code == 1
     (tmp_path / "wiki.bin").write_bytes(b"")  # a Megatron prefix names its .bin/.idx files
-    result = run_msmon("validate", str(path), "monitor_config.log_interval=20",
+    result = run_msmon("validate", str(path), "monitor_config.log_interval=20", "--worker-num", "16",
                        f"train_dataset.data_loader.config.data_path=['1','{tmp_path / 'wiki'}']", "--json",
                        cwd=tmp_path)
     assert result.code == 0, result.stdout + result.stderr

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
 from msmon.errors import ExitCode, MsmonError
@@ -90,6 +88,9 @@ def list_copies(config: Path = CONFIG_ARG, dest: Path = DEST_OPTION) -> None:
             print(f"no copies of {config} in {backup.backup_dir(config, dest)} "
                   f"(msmon backup-config save {config} makes one)")
             return
+        from rich.markup import escape
+        from rich.table import Table
+
         table = Table(box=None, header_style="bold")
         for column in ("#", "time", "hash", "note", "monitor_config changes"):
             table.add_column(column)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
 from msmon.errors import ExitCode, MsmonError
@@ -105,6 +104,8 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
     if not rows:
         print("no board started by msmon is running (msmon board start PATH --detach starts one)")
         return
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold")
     for column in ("port", "backend", "pid", "state", "url", "directory", "started"):
         table.add_column(column)

@@ -7,10 +7,12 @@ import sys
 import traceback
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:  # Rich only where something is drawn (not for --json: `msmon validate --json` stays fast)
+    from rich.console import Console
 
 from msmon.errors import ExitCode, MsmonError, describe
 
@@ -30,6 +32,8 @@ def color_enabled(stream: Any = None) -> bool:
 
 def stdout_console() -> Console:
     """Tables on a terminal; unwrapped lines when piped, so each finding stays one greppable line."""
+    from rich.console import Console
+
     terminal = bool(getattr(sys.stdout, "isatty", lambda: False)())
     return Console(no_color=not color_enabled(sys.stdout), highlight=False, soft_wrap=not terminal)
 

@@ -65,6 +65,21 @@ passed to mindformers untouched, and msmon's keys are split off before mindforme
 mindformers release (MS005: `health_checkpoint` is new in 1.9; MS001 with a "did you mean", or with
 where a key belongs when it is one of mindformers' monitoring keys outside this section) and against
 how mindformers runs them (MS006-MS009). The checks of the learning-rate schedule are MS805-MS808.
+
+`msmon validate` checks the rest of the job too, against what the installed mindformers accepts: its config
+template, the top-level keys its Trainer reads, every class of its registry with its constructor (read once per
+installed version, in a child process, and kept in msmon's cache: `$MSMON_CACHE_DIR/registry/`; the first call says
+so in one line on stderr, `--deep` reads it again). A misspelled top-level section (`optimzer:`, which mindformers
+ignores: its default optimizer trains) is MS020 with the nearest key and its line; a top-level key nothing reads and
+nothing is close to is MS021 (a warning: a key the config refers to by name, `${seq_length}`, is a value of your
+own and never a finding, nor is one whose YAML anchor the file uses unless it misspells a known key); an unknown
+key of a section whose template refuses one (`runner_config`, `parallel_config`, ...) is MS022; a `type:` its
+registry lacks is MS023 and an argument its class does not take (a CheckpointMonitor's `prefx:`) MS024, each with
+the nearest name; a value mindformers computes with written as text, in the file or an override
+(`lr_schedule.learning_rate=abc`), is MS025. For the launch it is given (`--worker-num N`, else one process, and
+run_mindformer.py's flags as `msmon run` takes them) validate reports what `msmon run` refuses (MS026:
+`use_parallel: True` without `--worker-num`, a layout the ranks do not fill, a `run_mode` that does not train).
+
 mindformers' keys (any release msmon knows):
 """
 

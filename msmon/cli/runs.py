@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
-from msmon.ops.runs import RunInfo
 from msmon.status import RunStatus
+
+if TYPE_CHECKING:  # the run table's module (psutil, the heartbeats) only when a command reads runs
+    from msmon.ops.runs import RunInfo
 
 STATUS_COLOURS = {
     RunStatus.RUNNING: "green", RunStatus.COMPLETED: "cyan", RunStatus.FAILED: "red", RunStatus.INTERRUPTED: "yellow",
@@ -43,6 +45,8 @@ def runs(
     if not found:
         print(f"no runs under {save_dir}")
         return
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold")
     for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat", "ranks"):
         table.add_column(column, justify="right" if column in ("duration", "step", "loss", "alerts") else "left")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from msmon.cli.common import handle_errors, wide_console
 from msmon.status import RunStatus
-from msmon.step_cost import StepCost
+
+if TYPE_CHECKING:
+    from msmon.step_cost import StepCost
 
 #: each rank's last logged step: ms per step inside and outside it, host memory (msmon.step_cost.StepCost)
 COST_COLUMNS = ("in step", "outside", "host MiB")
@@ -28,6 +30,7 @@ def status(
 ) -> None:
     """Show a run and each of its ranks: last step, seconds since it ended, state; why no step ends when stuck."""
     from rich.markup import escape
+    from rich.table import Table
 
     from msmon.ops.runs import rank_status
     from msmon.util.durations import format_duration

@@ -9,6 +9,7 @@ for version-specific knowledge (docs/compatibility.md).
 - ``resume``: resuming (the keys mindformers reads, the CPU barrier for a multi-rank resume);
 - ``parallel``: how a parallel config becomes ranks and batches (device count, global batch size);
 - ``template``: the defaults of mindformers' config template that msmon's checks reason about.
+- ``job_keys``: where mindformers reads a training YAML's keys (the whole-job check of ``msmon validate``).
 
 Nothing here imports mindspore, mindformers or MindInsight.
 """

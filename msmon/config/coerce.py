@@ -27,6 +27,29 @@ def suggest(name: str, candidates: Iterable[str]) -> str:
     return f"did you mean '{match[0]}'?" if match else ""
 
 
+def edits(a: str, b: str) -> int:
+    """How many single-character edits (deletion, insertion, substitution, transposition of neighbours) turn
+    ``a`` into ``b`` (optimal string alignment)."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, char in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, other in enumerate(b, 1):
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (char != other))
+            if i > 1 and j > 1 and char == b[j - 2] and a[i - 2] == other:
+                row[j] = min(row[j], previous2[j - 2] + 1)
+        previous2, previous = previous, row
+    return previous[-1]
+
+
+def misspelling_of(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate ``name`` misspells: the one ``suggest`` names, when it is also within one edit per four
+    characters (at least one) of it; None when ``name`` is more likely a word of its own (``seq_length`` is no
+    misspelling of ``use_legacy``, however similar difflib finds them)."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return match[0] if match and edits(name, match[0]) <= max(1, len(name) // 4) else None
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:

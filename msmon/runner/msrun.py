@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from msmon import layout
-from msmon.compat import LAYOUT_KEYS, MCORE_CPU_RANKS, expected_world_size, lays_out_ranks, use_legacy
 from msmon.errors import ExitCode, MsmonError
 from msmon.runner.launch_command import with_mindformers_yaml
-from msmon.util.mapping import dotted_get
-from msmon.util.numbers import positive_int
+from msmon.validate.launch import launch_findings
 
 WORKER_MODULE = "msmon.runner.worker"
 #: msrun's flags msmon sets itself from its own options (or must set: the rank logs, joining, the tailed rank).
@@ -80,39 +78,11 @@ def check_flags(flags: LaunchFlags) -> None:
 
 def check_config(training: dict[str, Any], flags: LaunchFlags) -> None:
     """The config must be a parallel one when it runs on more than one rank, and one that trains on several ranks
-    of this device (the mcore models train on one CPU process only); a parallel layout must fit the ranks."""
-    n = flags.worker_num
-    if not n and training.get("use_parallel") is True:
-        raise MsmonError(
-            "use_parallel is True but msmon run starts one process: mindformers would wait for a cluster that "
-            "never forms", "give the ranks: --worker-num N (msrun), or set use_parallel=False for one card",
-        )
-    needed = expected_world_size(training)
-    if n and lays_out_ranks(training) and needed != n:
-        layout_text = " x ".join(f"{key} {dotted_get(training, f'parallel_config.{key}') or 1}" for key in LAYOUT_KEYS)
-        raise MsmonError(
-            f"parallel_config needs {needed} devices ({layout_text}), but --worker-num {n} starts {n} ranks",
-            f"use --worker-num {needed}, or change parallel_config so that its product is {n}",
-        )
-    expert = positive_int(dotted_get(training, "parallel_config.expert_parallel")) or 1
-    stage_devices = needed // (positive_int(dotted_get(training, "parallel_config.pipeline_stage")) or 1)
-    if lays_out_ranks(training) and expert > 1 and stage_devices % expert:
-        raise MsmonError(
-            f"parallel_config.expert_parallel {expert} must divide the devices of one pipeline stage "
-            f"(data_parallel x model_parallel x context_parallel = {stage_devices})",
-            f"pick an expert_parallel that divides {stage_devices}",
-        )
-    if n and n > 1 and training.get("use_parallel") is not True:
-        raise MsmonError(
-            f"--worker-num {n} needs a parallel config, but use_parallel is not True",
-            f"for data parallelism add: use_parallel=True parallel_config.data_parallel={n} parallel.full_batch=False",
-        )
-    if n and n > 1 and not use_legacy(training) and dotted_get(training, "context.device_target") == "CPU":
-        raise MsmonError(
-            f"--worker-num {n}: {MCORE_CPU_RANKS}",
-            "train an mcore model on one CPU process (no --worker-num), or on Ascend; the legacy models train on "
-            "several CPU ranks",
-        )
+    of this device (the mcore models train on one CPU process only); a parallel layout must fit the ranks. The rules
+    are validate's (msmon.validate.launch, MS026: `msmon validate --worker-num N` reports them all); the first
+    stops the run."""
+    for finding in launch_findings(training, flags.worker_num):
+        raise MsmonError(finding.message, finding.hint)
 
 
 def msrun_binary() -> list[str]:

@@ -22,6 +22,22 @@ CODES: dict[str, str] = {
     "placeholder such as /path/to/... or does not exist; warning: a fine-tune without a checkpoint",
     "MS012": "warning: a mindformers monitoring setting and msmon's equivalent both on (two TensorBoard writers, "
     "gradient norms computed twice) or disagreeing (step_interval vs log_interval); docs/config.md maps the keys",
+    "MS020": "a top-level key the installed mindformers does not read, a few edits from one it reads (a misspelled "
+    "section such as optimzer: is silently ignored, its defaults train): the nearest key and the line",
+    "MS021": "warning: a top-level key nothing reads and no misspelling of one (not referred to as ${key} or by a "
+    "YAML anchor the file uses): the training ignores it",
+    "MS022": "a key mindformers' config template refuses in a strict section (runner_config, parallel_config, "
+    "recompute_config, swap_config, moe_config of the legacy models): KeyError when the training loads the config",
+    "MS023": "a `type:` names no class of mindformers' registry for that section: an error naming the nearest class "
+    "when one is close (ValueError when mindformers builds it), else a warning",
+    "MS024": "an argument of a `type:` (callback, optimizer, lr_schedule, runner_wrapper, metric) its class does not "
+    "take, and the class takes no **kwargs: the nearest parameter (TypeError: unexpected keyword argument at the "
+    "start)",
+    "MS025": "a value mindformers requires to be a number (its template's or its class's default is one) is text that "
+    "is no number, in the file or an override (lr_schedule.learning_rate=abc); warning: a number written as text",
+    "MS026": "what msmon run refuses for the launch validate is given (--worker-num N, else one process): "
+    "use_parallel without --worker-num, ranks without a parallel config or that its layout does not fill, an mcore "
+    "model on several CPU ranks, a run_mode that does not train; the flag or key it needs",
     "MS101": "run_name has path separators, '..', characters other than letters, digits, '-', '_', '.', or more "
     "than 255 of them",
     "MS102": "project_name breaks the same rules",
@@ -57,8 +73,9 @@ CODES: dict[str, str] = {
     "train: an unknown mindformers version, PyNative mode, or an attention feature its stand-in lacks",
     "MS701": "a custom registration collides with a built-in transformers/mindformers name",
     "MS702": "warning: the module of an auto_register entry cannot be found or read",
-    "MS703": "warning (--deep): a `type:` names no class of mindformers' registry (typo?)",
-    "MS704": "mindformers failed to import while checking names (--deep or auto_register); the message says why",
+    "MS703": "retired: a `type:` is checked against mindformers' registry on every validate (MS023)",
+    "MS704": "mindformers failed to import, so the checks against its registry and template cannot run (the message "
+    "says why): an error with --deep or an auto_register to check, else a warning (the training fails the same way)",
     "MS801": "a monitor_config.health value is out of range (docs/health.md)",
     "MS802": "health.alerts.webhook_url is not an http(s) URL",
     "MS803": "health.alerts.command is empty, or (warning) its program is not on PATH",

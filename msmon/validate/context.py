@@ -11,6 +11,13 @@ from msmon.config.schema import MonitorSettings
 from msmon.util.mapping import dotted_get
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How ``msmon run`` would start the training: ``worker_num`` ranks through msrun, or one process (None)."""
+
+    worker_num: int | None = None
+
+
 @dataclass
 class CheckContext:
     """Inputs shared by the checks; ``training`` is the resolved config without unresolvable sections."""
@@ -20,8 +27,9 @@ class CheckContext:
     section: dict[str, Any]
     settings: MonitorSettings
     resume: bool = False
-    deep: bool = False
+    deep: bool = False  # read mindformers' registry again instead of msmon's cache
     cwd: Path = field(default_factory=Path.cwd)
+    launch: Launch | None = None  # the launch to check as msmon run would (MS026); None: no launch
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """A value of the resolved training config by dotted path."""

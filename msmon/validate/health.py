@@ -11,6 +11,7 @@ from msmon.config.coerce import range_findings
 from msmon.config.health import ChatTarget
 from msmon.config.schedule import schedule_from_config
 from msmon.findings import Finding, error, warning
+from msmon.util.mapping import dotted_get
 from msmon.validate.context import CheckContext
 
 BASE = "monitor_config.health"
@@ -37,7 +38,8 @@ def check_health(ctx: CheckContext) -> list[Finding]:
                                  "give the full path of the program"))
     lr = settings.learning_rate
     schedule = schedule_from_config(training, lr)
-    if lr.enabled and schedule.peak is None:
+    written = dotted_get(training, f"{schedule.path}.learning_rate")
+    if lr.enabled and schedule.peak is None and not isinstance(written, str):  # text: MS025 names it
         found.append(warning("MS804", f"{BASE}.learning_rate", f"no {schedule.path}.learning_rate to compare with "
                              "(absent, or scaled by lr_scale): the learning-rate checks can only catch negative or "
                              "non-finite values", f"set {BASE}.learning_rate.peak"))

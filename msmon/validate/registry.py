@@ -1,37 +1,23 @@
 """Model-type name conflicts ("X is already used by a transformers config, pick another name") (MS7xx).
 
 Custom registrations (``auto_register: module_file.ClassName`` anywhere in the config) are read with
-``ast`` from the module file, never executed; the built-in registries of transformers and mindformers
-are imported lazily, only when a custom registration is present or with ``--deep``, and their names kept in
-msmon's cache (``registry/<fingerprint>.json``) for as long as no source file of those packages changes: the
-import costs about 8 s of CPU, the cached read milliseconds.
+``ast`` from the module file, never executed; the built-in registries of transformers and mindformers come from
+msmon's cache of the installed versions (msmon.validate.registry_cache: read once in a child process, then
+milliseconds). MS704: mindformers failed to import, so none of the checks against it can run.
 """
 
 from __future__ import annotations
 
 import ast
-import atexit
-import contextlib
-import functools
-import hashlib
-import importlib.metadata
-import importlib.util
-import json
 import os
-import shutil
-import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msmon.compat import import_failure
-from msmon.config.datasets import cache_dir
 from msmon.findings import Finding, error, warning
-from msmon.util.atomic import atomic_write_json
 from msmon.validate.context import CheckContext
-from msmon.validate.cpu import CPU_WRAPPER
+from msmon.validate.registry_cache import load_builtins
 
 
 @dataclass(frozen=True)
@@ -103,120 +89,14 @@ def registrations_in(source: str, class_name: str, path: str) -> list[Registrati
     return list(dict.fromkeys(found))
 
 
-@dataclass(frozen=True)
-class Builtins:
-    """Source -> names held by transformers' and mindformers' registries; why mindformers failed to import."""
-
-    names: dict[str, set[str]]
-    mindformers_error: str | None = None
-
-
-REGISTRY_PACKAGES = ("transformers", "mindformers", "mindspore")
-
-
-@functools.cache
-def load_builtins() -> Builtins:
-    """The built-in registries: from msmon's cache when the packages are unchanged, else imported (slow) and
-    cached when mindformers imported."""
-    cached = _cache_file()
-    try:
-        return Builtins({source: set(names) for source, names in json.loads(cached.read_text("utf-8")).items()})
-    except (OSError, ValueError, AttributeError, TypeError):
-        pass  # not cached yet (or a foreign file): import
-    with contextlib.redirect_stdout(sys.stderr):  # the libraries print banners: keep stdout (--json) clean
-        found = _import_builtin_names()
-    if found.mindformers_error is None:
-        with contextlib.suppress(OSError):  # a read-only cache only costs the next run the import again
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(cached, {source: sorted(names) for source, names in found.names.items()}, fsync=False)
-    return found
-
-
-def _cache_file() -> Path:
-    """The cache entry of the installed registries: named by each package's version, location and newest source
-    file (an upgrade, another environment or an edited clone of mindformers each get their own)."""
-    parts = []
-    for package in REGISTRY_PACKAGES:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            parts.append(f"{package} absent")
-            continue
-        root = Path(next(iter(spec.submodule_search_locations)))
-        try:
-            version = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            version = "unversioned"
-        newest = max((entry.stat().st_mtime_ns for entry in root.rglob("*.py")), default=0)
-        parts.append(f"{package} {version} {root} {newest}")
-    fingerprint = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
-    return cache_dir() / "registry" / f"{fingerprint}.json"
-
-
-def builtin_names() -> dict[str, set[str]]:
-    """Source -> names held by transformers' and mindformers' registries (imports them: slow)."""
-    return load_builtins().names
-
-
-def _import_builtin_names() -> Builtins:
-    names: dict[str, set[str]] = {}
-    try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-        names["transformers config"] = set(CONFIG_MAPPING_NAMES)
-    except ImportError:
-        pass
-    if "LOCAL_DEFAULT_PATH" not in os.environ:  # importing mindformers writes ./output/log otherwise
-        scratch = tempfile.mkdtemp(prefix="msmon-mindformers-")
-        atexit.register(shutil.rmtree, scratch, True)
-        os.environ["LOCAL_DEFAULT_PATH"] = scratch
-    try:
-        from mindformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES as MF_NAMES
-        from mindformers.tools.register import MindFormerRegister
-
-        names["mindformers config"] = set(MF_NAMES)
-        names["mindformers registry"] = {n for table in MindFormerRegister.registry.values() for n in table}
-    except Exception as exc:  # noqa: BLE001 - mindformers' import can raise anything (missing package, version clash)
-        return Builtins(names, import_failure("mindformers", exc))
-    return Builtins(names)
-
-
-TYPE_KEYS = (
-    "trainer.type", "runner_wrapper.type", "runner_wrapper.scale_sense.type", "optimizer.type", "lr_schedule.type",
-    "model.model_config.type", "model.arch.type", "train_dataset.data_loader.type", "train_dataset_task.type",
-    "metric.type",
-)
-MCORE_PREFIX = "mcore_"
-
-
-def _types(ctx: CheckContext) -> Iterator[tuple[str, str]]:
-    """(dotted path, class name) of every ``type:`` mindformers builds from its registry."""
-    for key in TYPE_KEYS:
-        value = ctx.get(key)
-        if isinstance(value, str):
-            yield key, value
-    callbacks = ctx.get("callbacks")
-    for index, item in enumerate(callbacks if isinstance(callbacks, list) else []):
-        if isinstance(item, Mapping) and isinstance(item.get("type"), str):
-            yield f"callbacks[{index}].type", item["type"]
-
-
-def check_types(ctx: CheckContext, registered: set[str]) -> list[Finding]:
-    """``--deep``: every ``type:`` must name a class of mindformers' registry (or msmon's CPU support)."""
-    from msmon.config.coerce import suggest
-
-    findings = []
-    for path, name in _types(ctx):
-        if name in registered or MCORE_PREFIX + name in registered:
-            continue
-        hint = suggest(name, registered) or "check the spelling, or register the class (auto_register)"
-        findings.append(warning("MS703", path, f"type {name!r} is not registered in mindformers", hint))
-    return findings
+def auto_registered(ctx: CheckContext) -> set[str]:
+    """The class names the config's ``auto_register`` entries name (registered when the training starts)."""
+    return {reference.rpartition(".")[2] for _, reference in _auto_registers(ctx.training)}
 
 
 def check_registry(ctx: CheckContext) -> list[Finding]:
+    """MS701-MS702: custom registrations against the built-in names; MS704: mindformers cannot be read."""
     references = list(_auto_registers(ctx.training))
-    if not references and not ctx.deep:
-        return []
     findings: list[Finding] = []
     registrations: list[Registration] = []
     for path, reference in references:
@@ -237,15 +117,15 @@ def check_registry(ctx: CheckContext) -> list[Finding]:
             registrations.extend(registrations_in(module_file.read_text(encoding="utf-8"), class_name, path))
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             findings.append(warning("MS702", path, f"cannot read {module_file}: {exc}", "fix the module file"))
-    failure = load_builtins().mindformers_error if ctx.deep or registrations else None
-    if failure is not None:  # no registry to compare with: say why instead of MS703 for every type
-        findings.append(error("MS704", "mindformers", failure, "fix the environment; `msmon doctor` checks it"))
-    elif ctx.deep:
-        known = builtin_names().get("mindformers registry", set()) | {CPU_WRAPPER} | {r.name for r in registrations}
-        findings.extend(check_types(ctx, known))
-    if not registrations:
+    failure = load_builtins(ctx.deep).mindformers_error
+    if failure is not None:  # nothing to compare with: say why, once, instead of a finding for every type
+        if ctx.deep or registrations:  # asked for the names (or a custom one must not collide): an error
+            findings.append(error("MS704", "mindformers", failure, "fix the environment; `msmon doctor` checks it"))
+        else:  # the environment's fault, not the config's: the training fails the same way when it imports it
+            findings.append(warning("MS704", "mindformers", f"{failure}; the checks against mindformers' template "
+                                    "and registry were skipped", "fix the environment; `msmon doctor` checks it"))
         return findings
-    builtins = builtin_names()
+    builtins = load_builtins(ctx.deep).names
     for reg in registrations:
         sources = [src for src, names in builtins.items() if reg.name in names]
         if reg.kind == "class":

@@ -19,11 +19,14 @@ from msmon.errors import first_line
 from msmon.findings import Finding, error, warning
 from msmon.util.mapping import dotted_get
 from msmon.validate.backends import check_backends
-from msmon.validate.context import CheckContext
+from msmon.validate.context import CheckContext, Launch
 from msmon.validate.cpu import check_cpu
 from msmon.validate.health import check_health
 from msmon.validate.inputs import INPUT_CODE, check_inputs
 from msmon.validate.interval import check_flight_recorder, check_interval, total_steps
+from msmon.validate.job_numbers import check_job_numbers
+from msmon.validate.job_types import check_job_types
+from msmon.validate.launch import check_launch
 from msmon.validate.learning_rate import check_learning_rate
 from msmon.validate.metrics import check_metrics
 from msmon.validate.mf_equivalents import check_duplicates
@@ -33,11 +36,12 @@ from msmon.validate.registry import check_registry
 from msmon.validate.rollback import check_rollback
 from msmon.validate.save_dir import check_save_dir
 from msmon.validate.section import check_section
+from msmon.validate.top_level import check_job_keys
 
 CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
-    check_registry, check_health, check_rollback, check_learning_rate, check_mindformers_monitoring, check_inputs,
-    check_duplicates,
+    check_registry, check_job_keys, check_job_types, check_job_numbers, check_health, check_rollback,
+    check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates, check_launch,
 )
 MAX_UNRESOLVED = 100
 MSMON_KEYS = frozenset(MonitorSettings.__dataclass_fields__)
@@ -152,9 +156,12 @@ def generated_run_name(ctx: CheckContext, when: datetime | None = None) -> str:
 
 
 def validate(
-    loaded: LoadedConfig, *, resume: bool = False, deep: bool = False, cwd: Path | None = None
+    loaded: LoadedConfig, *, resume: bool = False, deep: bool = False, cwd: Path | None = None,
+    launch: Launch | None = None,
 ) -> ValidationResult:
-    """Check ``loaded`` before any device is touched; never imports mindspore or mindformers (unless deep)."""
+    """Check ``loaded`` before any device is touched; never imports mindspore or mindformers (the installed
+    mindformers' registry comes from msmon's cache, built once in a child process; ``deep``: built again).
+    ``launch``: also check what ``msmon run`` refuses for that launch (MS026)."""
     training, findings = resolve_leniently(loaded)
     section = training.get("monitor_config")
     has_section = "monitor_config" in training and section is not None
@@ -174,7 +181,8 @@ def validate(
         unresolved = {f.path for f in findings if f.code == "MS004"}  # one finding per root cause: not also MS002
         findings.extend(f for f in section_findings if f.path not in unresolved)
         section = section if isinstance(section, dict) else {}
-    ctx = CheckContext(loaded, training, section, settings, resume=resume, deep=deep, cwd=cwd or Path.cwd())
+    ctx = CheckContext(loaded, training, section, settings, resume=resume, deep=deep, cwd=cwd or Path.cwd(),
+                       launch=launch)
     generated: set[str] = set()
     if needs_generated_name(settings.run_name):
         settings = dataclasses.replace(settings, run_name=generated_run_name(ctx))
