@@ -1,10 +1,11 @@
-"""``Anomaly``: what a detector whose ``action`` is ``rollback`` found, where it began and where it was seen; and
-``Rollback``: what the run did about it, as run.json lists it (``rollbacks``).
+"""``StopRequest``: why the training is asked to stop (a detector's action, or a signal); ``Anomaly``: what a
+detector whose ``action`` is ``rollback`` found, where it began and where it was seen; and ``Rollback``: what the
+run did about it, as run.json lists it (``rollbacks``).
 
-The writing rank's health monitor (or the parent's rank watcher) makes an Anomaly when it stops the training for a
-rollback; it crosses to the parent in the rank's result (msmon.runner.protocol), and the run's lifecycle decides
-from it whether the run rolls back (msmon.runner.lifecycle) and to which checkpoint (msmon.runner.rollback). The
-ending, ``msmon runs`` and the report read the Rollbacks back.
+The writing rank's health monitor (or the parent's rank watcher) makes a StopRequest when a detector's action stops
+the training, with an Anomaly for a rollback; it crosses to the parent in the rank's result (msmon.runner.protocol),
+and the run's lifecycle decides from it whether the run restarts or rolls back (msmon.runner.lifecycle) and to
+which checkpoint (msmon.runner.rollback). The ending, ``msmon runs`` and the report read the Rollbacks back.
 """
 
 from __future__ import annotations
@@ -34,6 +35,34 @@ class Anomaly:
     def from_json(cls, data: Mapping[str, Any]) -> Anomaly:
         """ValueError, KeyError or TypeError when ``data`` is not one."""
         return cls(str(data["detector"]), int(data["onset_step"]), int(data["alert_step"]), str(data["message"]))
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Why the training is asked to stop at its next step end: ``detector``'s ``stop`` or ``rollback`` action at
+    ``step`` (``anomaly``: what a rollback is for), or a signal (``detector`` None)."""
+
+    message: str
+    detector: str | None = None
+    step: int | None = None
+    anomaly: Anomaly | None = None
+
+    @property
+    def reason(self) -> str:
+        """The run's one-line error: ``stall at step 120: no step ended for 300 s ...``."""
+        return f"{self.detector} at step {self.step}: {self.message}" if self.detector is not None else self.message
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "detector": self.detector, "step": self.step,
+                "anomaly": self.anomaly.to_json() if self.anomaly is not None else None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StopRequest:
+        """ValueError, KeyError or TypeError when ``data`` is not one."""
+        detector, step, anomaly = data.get("detector"), data.get("step"), data.get("anomaly")
+        return cls(str(data["message"]), str(detector) if detector is not None else None,
+                   int(step) if step is not None else None,
+                   Anomaly.from_json(anomaly) if anomaly is not None else None)
 
 
 @dataclass(frozen=True)

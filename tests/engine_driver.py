@@ -25,13 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shared_session  # noqa: E402
 from engine_support import FAKES, BlockingBackend, Capture, settings, tiny_train  # noqa: E402
 
+from msmon.anomaly import StopRequest  # noqa: E402
 from msmon.engine.backends import register_backend  # noqa: E402
 from msmon.engine.session import MonitorSession  # noqa: E402
 
 
 def event(action: list, session: MonitorSession) -> None:
     if action[0] == "stop":
-        session.request_stop(action[1])
+        session.request_stop(StopRequest(action[1]))
     elif action[0] == "kill_group":
         os.killpg(int(action[1]), signal.SIGKILL)
     elif action[0] == "immutable":

@@ -142,24 +142,48 @@ def test_the_rank_boundary_is_typed() -> None:
     assert untyped == []
 
 
-def test_no_except_exception_that_only_logs_at_debug() -> None:
-    """msmon's own breakage is never silent: an ``except Exception`` handler does more than a debug line
-    (msmon.util.internal_errors.report logs it at warning, with its traceback, and counts it)."""
+def _silent(statement: ast.stmt, caught_as: str | None) -> bool:
+    """``pass``, ``continue``, ``break``, a docstring, or an assignment or return that does not use the exception."""
+    if isinstance(statement, ast.Pass | ast.Continue | ast.Break):
+        return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return True
+    if isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Return):
+        value = statement.value
+        return value is None or caught_as not in {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    return False
+
+
+def test_no_broad_except_is_silent() -> None:
+    """msmon's own breakage is never silent: an ``except Exception`` handler does more than a debug line, a
+    ``pass``, a ``continue`` or an assignment (msmon.util.internal_errors.report logs it at warning, with its
+    traceback, and counts it; a handler that keeps the exception to raise or return it later is not silent)."""
     hidden = []
     for name, tree in _parsed():
         for node in ast.walk(tree):
-            if not isinstance(node, ast.ExceptHandler) or node.type is None:
+            if not isinstance(node, ast.ExceptHandler):
                 continue
-            caught = {ast.unparse(t) for t in (node.type.elts if isinstance(node.type, ast.Tuple) else [node.type])}
+            types = [] if node.type is None else node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            caught = {ast.unparse(t) for t in types} if types else {"BaseException"}
             if not caught & {"Exception", "BaseException"}:
                 continue
             calls = [stmt.value for stmt in node.body
                      if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)]
-            only_debug = len(calls) == len(node.body) and all(
+            only_debug = bool(calls) and len(calls) == len(node.body) and all(
                 isinstance(c.func, ast.Attribute) and c.func.attr == "debug" for c in calls)
-            if only_debug:
+            if only_debug or all(_silent(stmt, node.name) for stmt in node.body):
                 hidden.append(f"{name}:{node.lineno}")
     assert hidden == []
+
+
+def test_the_silent_handler_rule_sees_each_shape() -> None:
+    """The rule above flags each silent shape and lets a report or a kept exception through."""
+    def flagged(body: str) -> bool:
+        handler = ast.parse(f"try:\n    f()\nexcept Exception as exc:\n{body}").body[0].handlers[0]
+        return all(_silent(stmt, handler.name) for stmt in handler.body)
+
+    assert flagged("    pass\n") and flagged("    continue\n") and flagged("    self.ok = False\n    return\n")
+    assert not flagged("    report('x', exc)\n") and not flagged("    failure = exc\n")
 
 
 def test_every_check_takes_the_check_context_alone() -> None:

@@ -25,6 +25,7 @@ from engine_support import (
     summary_scalars,
 )
 
+from msmon.anomaly import StopRequest
 from msmon.engine.backends import backend_class, backend_names, register_backend, unregister_backend
 from msmon.engine.callback import StepObserver, split_outputs
 from msmon.engine.drop_queue import DropQueue
@@ -52,7 +53,7 @@ class Params(dict):
 
 
 class Stop:
-    stop_reason: str | None = None
+    stop: StopRequest | None = None
 
 
 def msmon_warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
@@ -162,7 +163,7 @@ def test_stop_request_reaches_the_callback(tmp_path: Path):
     stop = Stop()
     observer = _observer(settings(tmp_path), [], stop)
     assert observer.step_end(Params(cur_step_num=1)) is False
-    stop.stop_reason = "loss spike"
+    stop.stop = StopRequest("loss spike", "loss_spike", 2)
     assert observer.step_end(Params(cur_step_num=2)) is True
 
 
@@ -604,3 +605,26 @@ def test_mlflow_close_costs_two_requests_to_the_server(tmp_path: Path) -> None:
         server.shutdown()
         server.server_close()
     assert seen == ["POST runs/log-batch", "POST runs/update"]
+
+
+def test_a_failing_learning_rate_read_is_counted_once_and_the_records_go_on(tmp_path: Path):
+    """msmon's read of the optimizer's schedule raising (a schedule msmon does not know) is an internal error,
+    counted and logged once, not a silent gap; the records go on without the learning rate."""
+    from types import SimpleNamespace
+
+    from msmon.util import internal_errors
+
+    def broken_schedule(step: Any) -> float:
+        raise RuntimeError("a schedule msmon cannot call")
+
+    optimizer = SimpleNamespace(learning_rate=broken_schedule, dynamic_lr=True, global_step=1)
+    records: list[dict[str, Any]] = []
+    internal_errors.forget()
+    observer = _observer(settings(tmp_path, log_interval=1, track_metrics=["loss", "lr"]), records)
+    for step in (1, 2, 3):
+        optimizer.global_step = step
+        observer.step_end(Params(cur_step_num=step, net_outputs=1.0, optimizer=optimizer))
+    assert [r["step"] for r in records] == [1, 2, 3] and all("learning_rate" not in r for r in records)
+    seen = internal_errors.seen()
+    assert seen.count == 1 and seen.first is not None and "learning-rate read" in seen.first
+    internal_errors.forget()

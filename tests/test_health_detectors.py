@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from msmon.anomaly import StopRequest
 from msmon.config.coerce import build
 from msmon.config.health import (
     DeadSeriesSettings,
@@ -257,7 +258,7 @@ def test_monitor_rate_limits_per_detector_and_critical_beats_warning():
 
 
 def test_monitor_actions_log_alert_stop():
-    stops: list[str] = []
+    stops: list[StopRequest] = []
     settings = HealthSettings(nonfinite=NonFiniteSettings(action="stop"),
                               dead_series=DeadSeriesSettings(action="log", window=2))
     loud, quiet = Collect(quiet=False), Collect(quiet=True)
@@ -268,23 +269,37 @@ def test_monitor_actions_log_alert_stop():
     assert [(a.detector, a.action) for a in quiet.got] == [("dead_series", "log"), ("nonfinite", "stop"),
                                                            ("nonfinite", "stop")]
     assert [a.detector for a in loud.got] == ["nonfinite", "nonfinite"]
-    assert len(stops) == 1 and stops[0].startswith("nonfinite at step 3")
+    assert len(stops) == 1 and stops[0].reason.startswith("nonfinite at step 3") and stops[0].step == 3
+
+
+class Broken:
+    """A detector that raises on every record."""
+
+    name = "loss_spike"
+
+    def observe(self, record):
+        raise ValueError("boom")
 
 
 def test_monitor_disables_a_broken_detector_and_keeps_the_others():
     monitor = HealthMonitor(HealthSettings())
-
-    class Broken:
-        name = "loss_spike"
-
-        def observe(self, record):
-            raise ValueError("boom")
-
     monitor.detectors.insert(0, Broken())
     monitor.observe({"step": 1, "loss": math.nan})
     monitor.observe({"step": 2, "loss": 1.0})
     assert [a.detector for a in monitor.alerts] == ["nonfinite"]
     assert not any(isinstance(d, Broken) for d in monitor.detectors)
+
+
+def test_a_detector_failing_on_the_history_of_a_resumed_run_is_counted_not_hidden():
+    from msmon.util import internal_errors
+
+    monitor = HealthMonitor(HealthSettings())
+    monitor.detectors.insert(0, Broken())
+    internal_errors.forget()
+    assert monitor.warm([{"step": 1, "loss": 1.0}, {"step": 2, "loss": 1.0}]) == 2
+    seen = internal_errors.seen()
+    assert seen.count == 2 and "health detector loss_spike (the run's history)" in (seen.first or "")
+    internal_errors.forget()
 
 
 def test_health_settings_are_validated_strictly():

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from msmon.anomaly import StopRequest
 from msmon.config.health import AlertSettings, HealthSettings
 from msmon.engine.record import StepProgress
 from msmon.health import HealthHandle, attach
@@ -118,7 +119,7 @@ class FakeSession:
         self.progress = Progress()
         self.listeners: list = []
         self.backend_alerts: list[dict] = []
-        self.stop_reason: str | None = None
+        self.stop: StopRequest | None = None
 
     def add_listener(self, listener) -> None:
         self.listeners.append(listener)
@@ -126,8 +127,8 @@ class FakeSession:
     def emit_alert(self, alert: dict) -> None:
         self.backend_alerts.append(alert)
 
-    def request_stop(self, reason: str) -> None:
-        self.stop_reason = self.stop_reason or reason
+    def request_stop(self, request: StopRequest) -> None:
+        self.stop = self.stop or request
 
 
 def test_attach_wires_every_sink_and_the_stop_action(tmp_path, webhook_server):
@@ -147,6 +148,7 @@ def test_attach_wires_every_sink_and_the_stop_action(tmp_path, webhook_server):
     assert json.loads((tmp_path / "alerts.jsonl").read_text())["action"] == "stop"
     assert session.backend_alerts[0]["detector"] == "nonfinite"
     assert received and received[0]["body"]["step"] == 10
-    assert session.stop_reason.startswith("nonfinite at step 10")
+    assert session.stop is not None and (session.stop.detector, session.stop.step) == ("nonfinite", 10)
+    assert session.stop.reason.startswith("nonfinite at step 10")
     disabled = attach(FakeSession(), MonitorSettings(health=HealthSettings(enabled=False)), tmp_path, None)
     assert disabled.alert_count == 0

@@ -6,23 +6,22 @@ import signal
 
 import pytest
 
-from msmon.anomaly import Anomaly
-from msmon.health.monitor import stop_reason
+from msmon.anomaly import Anomaly, StopRequest
 from msmon.runner.lifecycle import Ending, Lifecycle, Phase
 from msmon.runner.results import RunResult
 from msmon.status import RunStatus
 
 FAILED = RunResult(RunStatus.FAILED, "RuntimeError: boom")
-HANG = stop_reason("stall", 120, "stall: no training step has ended")
-NAN = stop_reason("nonfinite", 5, "loss is NaN")
+HANG = StopRequest("stall: no training step has ended", "stall", 120)
+NAN = StopRequest("loss is NaN", "nonfinite", 5)
 
 
-def watcher_stop(reason: str | None) -> RunResult | None:
+def watcher_stop(stop: StopRequest | None) -> RunResult | None:
     """The rank watcher's stop as the supervisor hands it over."""
-    return RunResult(RunStatus.STOPPED_BY_MONITOR, reason) if reason is not None else None
+    return RunResult(RunStatus.STOPPED_BY_MONITOR, stop.reason, stop=stop) if stop is not None else None
 
 
-def ended(life: Lifecycle, result: RunResult, *, monitor_stop: str | None = None,
+def ended(life: Lifecycle, result: RunResult, *, monitor_stop: StopRequest | None = None,
           progressed: bool = True) -> str | None:
     """The cause of the restart or rollback that is due, or None."""
     life.begin_attempt()
@@ -34,12 +33,13 @@ def ended(life: Lifecycle, result: RunResult, *, monitor_stop: str | None = None
     (RunResult(RunStatus.COMPLETED), None, True, Ending(RunStatus.COMPLETED, None, 0)),
     (FAILED, None, True, Ending(RunStatus.FAILED, "RuntimeError: boom", 3)),
     (FAILED, None, False, Ending(RunStatus.FAILED, "RuntimeError: boom", 3)),  # a config error: never restarted
-    (RunResult(RunStatus.INTERRUPTED), HANG, True, Ending(RunStatus.STOPPED_BY_MONITOR, HANG, 4)),
-    (RunResult(RunStatus.COMPLETED), NAN, True, Ending(RunStatus.STOPPED_BY_MONITOR, NAN, 4)),
-    (RunResult(RunStatus.STOPPED_BY_MONITOR, NAN), None, True, Ending(RunStatus.STOPPED_BY_MONITOR, NAN, 4)),
+    (RunResult(RunStatus.INTERRUPTED), HANG, True, Ending(RunStatus.STOPPED_BY_MONITOR, HANG.reason, 4)),
+    (RunResult(RunStatus.COMPLETED), NAN, True, Ending(RunStatus.STOPPED_BY_MONITOR, NAN.reason, 4)),
+    (RunResult(RunStatus.STOPPED_BY_MONITOR, NAN.reason, stop=NAN), None, True,
+     Ending(RunStatus.STOPPED_BY_MONITOR, NAN.reason, 4)),
     (RunResult(RunStatus.INTERRUPTED, "x"), None, True, Ending(RunStatus.INTERRUPTED, None, 130)),
 ])
-def test_an_attempt_without_restarts_ends_the_run(result: RunResult, monitor_stop: str | None, progressed: bool,
+def test_an_attempt_without_restarts_ends_the_run(result: RunResult, monitor_stop: StopRequest | None, progressed: bool,
                                                   expected: Ending) -> None:
     life = Lifecycle(max_restarts=0)
     assert life.phase is Phase.STARTING
@@ -49,12 +49,12 @@ def test_an_attempt_without_restarts_ends_the_run(result: RunResult, monitor_sto
 
 @pytest.mark.parametrize(("result", "monitor_stop", "progressed", "due"), [
     (FAILED, None, True, "failed: RuntimeError: boom"),
-    (RunResult(RunStatus.INTERRUPTED), HANG, True, f"was stopped by the monitor for a hang: {HANG}"),
+    (RunResult(RunStatus.INTERRUPTED), HANG, True, f"was stopped by the monitor for a hang: {HANG.reason}"),
     (FAILED, None, False, None),  # failed before its first step: a configuration error
     (RunResult(RunStatus.INTERRUPTED), NAN, True, None),  # another detector's stop
     (RunResult(RunStatus.COMPLETED), None, True, None),
 ])
-def test_a_restart_is_due_only_after_progress_or_for_a_hang(result: RunResult, monitor_stop: str | None,
+def test_a_restart_is_due_only_after_progress_or_for_a_hang(result: RunResult, monitor_stop: StopRequest | None,
                                                             progressed: bool, due: str | None) -> None:
     life = Lifecycle(max_restarts=2)
     assert ended(life, result, monitor_stop=monitor_stop, progressed=progressed) == due
@@ -122,9 +122,9 @@ def test_transitions_out_of_order_are_refused() -> None:
         life.begin_attempt()  # one attempt at a time
 
 
-SPIKE = stop_reason("loss_spike", 152, "loss spike")
 ANOMALY = Anomaly("loss_spike", 150, 152, "loss spike")
-ROLL = RunResult(RunStatus.STOPPED_BY_MONITOR, SPIKE, anomaly=ANOMALY)
+SPIKE = StopRequest("loss spike", "loss_spike", 152, ANOMALY)
+ROLL = RunResult(RunStatus.STOPPED_BY_MONITOR, SPIKE.reason, stop=SPIKE)
 
 
 def test_a_rollback_is_due_for_an_anomaly_until_none_is_left() -> None:
@@ -133,9 +133,9 @@ def test_a_rollback_is_due_for_an_anomaly_until_none_is_left() -> None:
         life.begin_attempt()
         due = life.attempt_ended(ROLL, monitor_stop=None, progressed=True)
         assert due is not None and due.anomaly == ANOMALY and life.rollbacks == used
-        assert due.cause == f"was stopped by the monitor for a rollback: {SPIKE}"
+        assert due.cause == f"was stopped by the monitor for a rollback: {SPIKE.reason}"
     assert ended(life, ROLL) is None
-    assert life.ending() == Ending(RunStatus.STOPPED_BY_MONITOR, f"{SPIKE}; not rolled back: no rollback left "
+    assert life.ending() == Ending(RunStatus.STOPPED_BY_MONITOR, f"{SPIKE.reason}; not rolled back: no rollback left "
                                                                  "(2 of 2 used)", 4)
 
 
@@ -152,7 +152,7 @@ def test_a_rollback_without_a_checkpoint_ends_the_run_stopped_and_says_why() -> 
     life.rollback_impossible("no complete checkpoint before step 150")
     assert life.rollbacks == 0 and life.phase is Phase.ENDED
     assert life.ending() == Ending(RunStatus.STOPPED_BY_MONITOR,
-                                   f"{SPIKE}; not rolled back: no complete checkpoint before step 150", 4)
+                                   f"{SPIKE.reason}; not rolled back: no complete checkpoint before step 150", 4)
     with pytest.raises(RuntimeError):
         life.rollback_impossible("twice")
 

@@ -17,6 +17,7 @@ import pytest
 from conftest import run_msmon
 from helpers_training import write_quickstart_config
 
+from msmon.anomaly import StopRequest
 from msmon.compat import PipelineLayout, expected_world_size, pipeline_layout
 from msmon.config.schema import MonitorSettings
 from msmon.engine.rank_heartbeat import RankHeartbeat
@@ -252,7 +253,7 @@ def test_innermost_frame_skips_msmon_and_picks_the_training_thread() -> None:
 
 
 # -- the rank watcher on heartbeat files -------------------------------------------------------------------------
-def watcher(run_dir: Path, stopped: list[str], **health) -> RankWatcher:
+def watcher(run_dir: Path, stopped: list[StopRequest], **health) -> RankWatcher:
     settings = MonitorSettings()
     stall = {"timeout_s": 2.0, "poll_s": 0.05, **health}
     from msmon.config.coerce import build
@@ -275,7 +276,7 @@ def alerts(run_dir: Path) -> list[dict]:
 
 
 def test_the_watcher_raises_one_stall_alert_naming_the_rank(tmp_path: Path) -> None:
-    stopped: list[str] = []
+    stopped: list[StopRequest] = []
     watch = watcher(tmp_path, stopped)
     now = time.time()
     write_beats(tmp_path, {0: beat(21, 20, now, ended_ago=1.0), 1: beat(20, 20, now, ended_ago=1.0)})
@@ -295,7 +296,7 @@ def test_the_watcher_raises_one_stall_alert_naming_the_rank(tmp_path: Path) -> N
 def test_the_stall_names_the_last_step_the_records_and_heartbeats_say_ended(tmp_path: Path) -> None:
     """A process frozen just after a log keeps a heartbeat up to a second old: it said "last step 43 ended" while step
     50 was logged after it. The alert and `msmon status` name step 50 and its time."""
-    stopped: list[str] = []
+    stopped: list[StopRequest] = []
     watch = watcher(tmp_path, stopped)
     now = time.time()
     write_beats(tmp_path, {0: beat(44, 43, now, alive_age=20.0, ended_ago=20.0, step_seconds=[0.02])})
@@ -368,7 +369,7 @@ def test_a_pipeline_stage_without_the_loss_is_judged_on_its_grad_norm_only(tmp_p
 def test_a_restarted_attempt_is_watched_afresh(tmp_path: Path) -> None:
     """After a restart the dead attempt's heartbeats (still "training", their last step long ago) are gone: no stall
     while the new attempt starts; the same stall again is reported again and stops the run again."""
-    stopped: list[str] = []
+    stopped: list[StopRequest] = []
     watch = watcher(tmp_path, stopped, first_step_timeout_s=100.0, action="stop")
     now = time.time()
     write_beats(tmp_path, {0: beat(71, 70, now, ended_ago=3.0, step_seconds=[0.1]),

@@ -20,11 +20,12 @@ from helpers_checkpoints import checkpoint_tree, cut, write_ckpt, write_safetens
 from helpers_training import QUICKSTARTS, quickstart_parts, write_quickstart_config
 
 from msmon import layout
+from msmon.anomaly import StopRequest
 from msmon.compat.checkpoint_file import Incomplete, read_checkpoint
 from msmon.config.health import HealthSettings
 from msmon.config.loader import load_config
 from msmon.errors import MsmonError
-from msmon.health.monitor import HealthMonitor, stop_reason
+from msmon.health.monitor import HealthMonitor
 from msmon.health.replay import replay
 from msmon.runner import attempt_entries as attempts
 from msmon.runner import rundir, runinfo
@@ -205,9 +206,13 @@ def test_the_restart_policy() -> None:
     assert [policy.delay(n) for n in (1, 2, 3, 10)] == [10.0, 20.0, 40.0, 300.0]
     crash = RunResult(RunStatus.FAILED, "the training process exited with code -9 without a result")
     assert restart_cause(crash, progressed=True) and restart_cause(crash, progressed=False) is None
-    hang = RunResult(RunStatus.STOPPED_BY_MONITOR, stop_reason("stall", 120, "stall: no training step has ended"))
+    stall = StopRequest("stall: no training step has ended", "stall", 120)
+    hang = RunResult(RunStatus.STOPPED_BY_MONITOR, stall.reason, stop=stall)
     assert restart_cause(hang, progressed=True)
-    nonfinite = RunResult(RunStatus.STOPPED_BY_MONITOR, stop_reason("nonfinite", 5, "NaN"))
+    nan = StopRequest("NaN", "nonfinite", 5)
+    nonfinite = RunResult(RunStatus.STOPPED_BY_MONITOR, nan.reason, stop=nan)
+    said_stall = RunResult(RunStatus.STOPPED_BY_MONITOR, "stall at step 3: a message that names a detector")
+    assert restart_cause(said_stall, progressed=True) is None  # the typed request decides, never the text
     assert restart_cause(nonfinite, progressed=True) is None
     assert restart_cause(RunResult(RunStatus.INTERRUPTED), progressed=True) is None
     assert restart_cause(RunResult(RunStatus.COMPLETED), progressed=True) is None
@@ -227,7 +232,7 @@ def test_the_callback_continues_the_step_count_of_a_resumed_run(tmp_path: Path) 
     optimizer = SimpleNamespace(global_step=np.array([200], np.int32), learning_rate=None)
     network = SimpleNamespace(optimizer=optimizer)
     observer = StepObserver(settings(tmp_path, log_interval=10, track_metrics=["loss", "global_step"]),
-                            StepProgress(), records.append, SimpleNamespace(stop_reason=None))
+                            StepProgress(), records.append, SimpleNamespace(stop=None))
     for step in range(1, 31):  # MindSpore counts from 1 again; mindformers restored global_step 200
         optimizer.global_step = np.array([200 + step], np.int32)
         observer.step_end(_Params(cur_step_num=step, net_outputs=1.0, train_network=network))

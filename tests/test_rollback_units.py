@@ -4,13 +4,14 @@ process boundary."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 from helpers_checkpoints import checkpoint_tree
 
-from msmon.anomaly import Anomaly, Rollback, data_position, in_effect, rollbacks_of
+from msmon.anomaly import Anomaly, Rollback, StopRequest, data_position, in_effect, rollbacks_of
 from msmon.config.health import GradExplosionSettings, HealthSettings, LossSpikeSettings, RollbackSettings
 from msmon.health.detectors.grad_explosion import GradExplosionDetector
 from msmon.health.detectors.loss_spike import LossSpikeDetector
@@ -65,25 +66,30 @@ def test_each_rollback_detector_reports_where_the_anomaly_began() -> None:
 
 
 def test_a_rollback_action_stops_with_the_anomaly_and_a_stop_action_without() -> None:
-    stops: list[str] = []
+    stops: list[StopRequest] = []
     settings = HealthSettings(nonfinite=HealthSettings().nonfinite.__class__(action="rollback"))
     monitor = HealthMonitor(settings, request_stop=stops.append)
     monitor.observe({"step": 10, "loss": 1.0, "time": 1.0})
     monitor.observe({"step": 20, "loss": math.nan, "time": 2.0})
-    assert stops and monitor.anomaly == Anomaly("nonfinite", 11, 20, monitor.alerts[0].message)
+    anomaly = Anomaly("nonfinite", 11, 20, monitor.alerts[0].message)
+    assert stops == [StopRequest(monitor.alerts[0].message, "nonfinite", 20, anomaly)] and monitor.stop == stops[0]
+    assert stops[0].reason == f"nonfinite at step 20: {monitor.alerts[0].message}"
     assert monitor.alerts[0].to_dict()["onset_step"] == 11
     monitor.resumed()
-    assert monitor.anomaly is None and monitor.stop_reason is None
+    assert monitor.stop is None
     plain = HealthMonitor(HealthSettings(nonfinite=HealthSettings().nonfinite.__class__(action="stop")))
     plain.observe({"step": 20, "loss": math.nan, "time": 2.0})
-    assert plain.stop_reason is not None and plain.anomaly is None
+    assert plain.stop is not None and plain.stop.detector == "nonfinite" and plain.stop.anomaly is None
 
 
 def test_the_anomaly_crosses_in_the_rank_result() -> None:
     found = Anomaly("loss_spike", 150, 152, "loss spike")
-    result = RankResult(0, RunStatus.STOPPED_BY_MONITOR, "loss_spike at step 152: x", anomaly=found)
-    assert RankResult.from_json(result.to_json()) == result
-    assert RankResult.from_json(RankResult(1, RunStatus.INTERRUPTED).to_json()).anomaly is None
+    stop = StopRequest("x", "loss_spike", 152, found)
+    result = RankResult(0, RunStatus.STOPPED_BY_MONITOR, stop.reason, stop=stop)
+    assert RankResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    assert RankResult.from_json(RankResult(1, RunStatus.INTERRUPTED).to_json()).stop is None
+    signalled = RankResult(1, RunStatus.INTERRUPTED, stop=StopRequest("signal SIGINT"))
+    assert RankResult.from_json(json.loads(json.dumps(signalled.to_json()))) == signalled
 
 
 def test_the_checkpoint_chosen_lies_before_the_onset_by_the_margin(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from msmon.anomaly import StopRequest
 from msmon.compat import TRAIN_STEP_OUTPUTS
 from msmon.config.schema import MonitorSettings
 from msmon.engine import local_norm_print, loss_fix, loss_parts
@@ -29,6 +30,7 @@ from msmon.engine.record import StepProgress, canonical_metrics, interval_stats,
 from msmon.engine.step_clock import StepClock, watch_step_end
 from msmon.engine.throughput import Throughput
 from msmon.engine.train_facts import find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
+from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
 
@@ -37,7 +39,7 @@ REDUCED_METRICS = frozenset({"loss", "grad_norm", "overflow"})
 
 
 class StopSource(Protocol):
-    stop_reason: str | None
+    stop: StopRequest | None
 
 
 def split_outputs(outputs: Any) -> dict[str, Any]:
@@ -137,7 +139,7 @@ class StepObserver:
             self._log(cb_params, step, now, seconds)
         elif self._held is not None:  # a reference to the step's outputs, unread: a read here would be a device sync
             self._held.hold(Held(step, now, seconds, cb_params.get("net_outputs")))
-        return self._stop.stop_reason is not None
+        return self._stop.stop is not None
 
     def _plan(self, cb_params: Any, offset: int) -> None:
         """At the first step end: the data's batches over every epoch (the epochs before this process's first one
@@ -241,9 +243,9 @@ class StepObserver:
             return
         try:
             value = optimizer_learning_rate(self._optimizer)
-        except Exception:  # an unreadable schedule: reported once as an absent metric
-            self._optimizer = False
-            return
+        except Exception as exc:  # noqa: BLE001 - msmon's read of the optimizer's schedule failed: counted, not again
+            internal_errors.report("the learning-rate read", exc)
+            self._optimizer, value = False, None
         if value is not None:
             record["learning_rate"] = value
 

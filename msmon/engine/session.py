@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msmon.anomaly import StopRequest
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backend_runner import BackendRunner
 from msmon.engine.backend_thread import backend_threads
@@ -76,7 +77,7 @@ class MonitorSession:
         self.writes = settings.enable_monitor and (rank == writer_rank or per_rank)
         self.run_dir = Path(run_dir) / f"rank_{rank}" if per_rank and rank else Path(run_dir)
         self.progress = StepProgress()
-        self.stop_reason: str | None = None
+        self.stop: StopRequest | None = None
         self.disk_guard_reason: str | None = None
         self._metrics = canonical_metrics(settings.track_metrics)
         self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval)
@@ -163,10 +164,10 @@ class MonitorSession:
         progress = self.progress
         return SessionStatus(progress.last_step, progress.last_end_wall, progress.total_steps, self.dropped_records)
 
-    def request_stop(self, reason: str) -> None:
-        """Ask training to stop gracefully at the next step end (the first reason is kept)."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
+    def request_stop(self, request: StopRequest) -> None:
+        """Ask training to stop gracefully at the next step end (the first request is kept)."""
+        if self.stop is None:
+            self.stop = request
 
     def close(self, status: str = RunStatus.COMPLETED, budget_cap_s: float | None = None) -> SessionSummary:
         """Flush everything, close the backends (each within its own budget, ``budget_cap_s`` shortening them)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from msmon.anomaly import Anomaly
+from msmon.anomaly import Anomaly, StopRequest
 from msmon.config.health import HealthSettings
 from msmon.health.alert import Alert, Signal
 from msmon.health.detectors import build_detectors
@@ -21,17 +21,6 @@ from msmon.util import internal_errors
 logger = logging.getLogger("msmon")
 
 SINKS_CLOSE_S = 8.0  # what is still being delivered when the run ends gets this long, then it is abandoned
-
-
-def stop_reason(detector: str, step: int, message: str) -> str:
-    """What a detector's ``stop`` action leaves as the run's error: ``stall at step 120: ...``."""
-    return f"{detector} at step {step}: {message}"
-
-
-def stopping_detector(reason: str | None) -> str | None:
-    """The detector named by a ``stop_reason``, or None."""
-    head = (reason or "").split(" at step ", 1)
-    return head[0] if len(head) == 2 and head[0].isidentifier() else None
 
 
 class Sink(Protocol):
@@ -60,7 +49,7 @@ class HealthMonitor:
         config: Mapping[str, Any] | None = None,
         *,
         sinks: Sequence[Sink] = (),
-        request_stop: Callable[[str], None] | None = None,
+        request_stop: Callable[[StopRequest], None] | None = None,
         context: Callable[[int, str], str | None] | None = None,
         stall: bool = True,
     ) -> None:
@@ -75,8 +64,7 @@ class HealthMonitor:
         self.groups = GroupNorms()
         self.alerts: list[Alert] = []
         self.suppressed = 0
-        self.stop_reason: str | None = None
-        self.anomaly: Anomaly | None = None  # what a ``rollback`` action stopped the training for
+        self.stop: StopRequest | None = None  # the first stop a detector's action asked for
         self._last: dict[str, tuple[float | None, str]] = {}
         self._lock = threading.Lock()
 
@@ -128,8 +116,8 @@ class HealthMonitor:
                 for det in self.detectors:
                     try:
                         det.observe(record)
-                    except Exception:  # noqa: BLE001, S112 - a detector that fails on history fails live again
-                        continue
+                    except Exception as exc:  # noqa: BLE001 - counted; the live records judge it again
+                        internal_errors.report(f"health detector {det.name} (the run's history)", exc)
         self.resumed()
         return fed
 
@@ -138,8 +126,7 @@ class HealthMonitor:
         compiling first step start that part again (their ``resumed()``); the new attempt's alerts and stop are its
         own (an earlier stop and the rate limit start again: a second hang must stop the run again)."""
         with self._lock:
-            self.stop_reason = None
-            self.anomaly = None
+            self.stop = None
             self._last.clear()
             for det in self.detectors:
                 hook = getattr(det, "resumed", None)
@@ -198,13 +185,14 @@ class HealthMonitor:
                 sink.handle(alert)
             except Exception as exc:  # noqa: BLE001 - an alert sink must never break training
                 logger.warning("alert sink %s failed: %s", type(sink).__name__, exc)
-        if action in ("stop", "rollback") and self.stop_reason is None:
-            self.stop_reason = stop_reason(detector, alert.step, signal.message)
+        if action in ("stop", "rollback") and self.stop is None:
+            anomaly = None
             if action == "rollback":  # the parent rolls the run back (msmon.runner.lifecycle)
                 onset = signal.onset_step if signal.onset_step is not None else alert.step
-                self.anomaly = Anomaly(detector, min(onset, alert.step), alert.step, signal.message)
+                anomaly = Anomaly(detector, min(onset, alert.step), alert.step, signal.message)
+            self.stop = StopRequest(signal.message, detector, alert.step, anomaly)
             if self.request_stop is not None:
-                self.request_stop(self.stop_reason)
+                self.request_stop(self.stop)
         return alert
 
     def _allowed(self, detector: str, severity: str, when: float | None) -> bool:

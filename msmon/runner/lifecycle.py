@@ -27,7 +27,6 @@ from enum import StrEnum
 
 from msmon.anomaly import Anomaly
 from msmon.errors import ExitCode
-from msmon.health.monitor import stopping_detector
 from msmon.runner.results import RunResult
 from msmon.status import RunStatus, exit_code
 
@@ -69,7 +68,8 @@ def restart_cause(result: RunResult, *, progressed: bool) -> str | None:
     """Why an attempt that ended with ``result`` deserves a restart, or None."""
     if result.status is RunStatus.FAILED and progressed:
         return f"failed: {result.error}"
-    if result.status is RunStatus.STOPPED_BY_MONITOR and stopping_detector(result.error) == "stall":
+    if (result.status is RunStatus.STOPPED_BY_MONITOR and result.stop is not None
+            and result.stop.detector == "stall"):
         return f"was stopped by the monitor for a hang: {result.error}"
     return None
 

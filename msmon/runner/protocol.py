@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
-from msmon.anomaly import Anomaly
+from msmon.anomaly import StopRequest
 from msmon.config.coerce import build
 from msmon.config.schema import MonitorSettings
 from msmon.status import Attempt, RunStatus
@@ -113,7 +113,7 @@ class RankResult:
     pid: int | None = None
     accounting: BackendAccounting = field(default_factory=BackendAccounting)
     internal_errors: InternalErrors = field(default_factory=InternalErrors)
-    anomaly: Anomaly | None = None  # stopped (or ended at its last step) by a rollback detector: what it found
+    stop: StopRequest | None = None  # the stop a detector's action asked for (also one at the last step)
     framework_warnings: int = 0  # the framework's warning and error lines in logs/console.log (the writing rank)
     framework_errors: int = 0
 
@@ -124,7 +124,7 @@ class RankResult:
             "backends": self.accounting.backends, "records_lost": self.accounting.records_lost,
             "backends_failed_to_close": list(self.accounting.failed_to_close),
             "internal_errors": self.internal_errors.count, "first_internal_error": self.internal_errors.first,
-            "anomaly": self.anomaly.to_json() if self.anomaly is not None else None,
+            "stop": self.stop.to_json() if self.stop is not None else None,
             "framework_warnings": self.framework_warnings, "framework_errors": self.framework_errors,
         }
 
@@ -134,7 +134,7 @@ class RankResult:
         status = RunStatus(data["status"])
         last = data.get("last_step")
         lost = data.get("records_lost")
-        anomaly = data.get("anomaly")
+        stop = data.get("stop")
         return cls(
             rank=int(data["rank"]), status=status, error=data.get("error"),
             last_step=int(last) if last is not None else None,
@@ -143,7 +143,7 @@ class RankResult:
             accounting=BackendAccounting(dict(data.get("backends") or {}), int(lost) if lost is not None else None,
                                          tuple(data.get("backends_failed_to_close") or ())),
             internal_errors=InternalErrors(int(data.get("internal_errors") or 0), data.get("first_internal_error")),
-            anomaly=Anomaly.from_json(anomaly) if anomaly is not None else None,
+            stop=StopRequest.from_json(stop) if stop is not None else None,
             framework_warnings=int(data.get("framework_warnings") or 0),
             framework_errors=int(data.get("framework_errors") or 0),
         )

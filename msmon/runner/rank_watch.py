@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from msmon import layout
-from msmon.anomaly import Anomaly
+from msmon.anomaly import StopRequest
 from msmon.compat import PipelineLayout
 from msmon.config.schema import MonitorSettings
 from msmon.health import HealthMonitor, make_sinks
@@ -51,7 +51,8 @@ class RankWatcher:
 
     def __init__(self, run_dir: Path, settings: MonitorSettings, config: Mapping[str, Any] | None, *,
                  pipeline: PipelineLayout, writer_rank: int, node_rank: int | None,
-                 local_ranks: Callable[[], dict[int, psutil.Process]], request_stop: Callable[[str], None]) -> None:
+                 local_ranks: Callable[[], dict[int, psutil.Process]],
+                 request_stop: Callable[[StopRequest], None]) -> None:
         self.run_dir = Path(run_dir)
         self.health = settings.health
         self.enabled = bool(settings.enable_monitor and settings.use_callback and self.health.enabled)
@@ -71,11 +72,6 @@ class RankWatcher:
     @property
     def alert_count(self) -> int:
         return self.monitor.alert_count if self.monitor is not None else 0
-
-    @property
-    def anomaly(self) -> Anomaly | None:
-        """What a rank's detector with ``action: rollback`` stopped the run for (per-rank non-finite values)."""
-        return self.monitor.anomaly if self.monitor is not None else None
 
     def poll(self) -> None:
         """Read the heartbeats and judge them (at most every ``health.stall.poll_s``)."""

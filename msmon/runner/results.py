@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msmon.anomaly import Anomaly
+from msmon.anomaly import Anomaly, StopRequest
 from msmon.runner.protocol import RankResult
 from msmon.status import RunStatus
 from msmon.util.internal_errors import InternalErrors
@@ -19,8 +19,13 @@ class RunResult:
     status: RunStatus
     error: str | None = None
     killed_by: int | None = None  # the signal that ended the training process when it left no result (SIGKILL: OOM)
-    anomaly: Anomaly | None = None  # stopped by the monitor for a rollback (or at the last step): what it found
+    stop: StopRequest | None = None  # what a detector's action stopped it for (or asked at the last step)
     note: str | None = None  # completed, but not at its last planned step: why (its data exhausted)
+
+    @property
+    def anomaly(self) -> Anomaly | None:
+        """What a rollback detector stopped the attempt for (or found at its last step)."""
+        return self.stop.anomaly if self.stop is not None else None
 
 
 def decide(
@@ -40,7 +45,7 @@ def decide(
         return RunResult(RunStatus.FAILED, f"{prefix}{first.error}")
     stopped = [r for r in results.values() if r.status is RunStatus.STOPPED_BY_MONITOR]
     if stopped:
-        return RunResult(RunStatus.STOPPED_BY_MONITOR, stopped[0].error, anomaly=stopped[0].anomaly)
+        return RunResult(RunStatus.STOPPED_BY_MONITOR, stopped[0].error, stop=stopped[0].stop)
     if stop_requested or any(r.status is RunStatus.INTERRUPTED for r in results.values()):
         return RunResult(RunStatus.INTERRUPTED)
     if untrained is not None and not results:
@@ -52,8 +57,8 @@ def decide(
         killed_by = -returncode if returncode is not None and returncode < 0 else None
         return RunResult(RunStatus.FAILED, f"the training process exited with code {returncode} without a "
                                            f"result{of} (see {where})", killed_by)
-    pending = next((r.anomaly for r in results.values() if r.anomaly is not None), None)
-    return RunResult(RunStatus.COMPLETED, anomaly=pending)  # a rollback detector's stop at the very last step
+    pending = next((r.stop for r in results.values() if r.stop is not None and r.stop.anomaly is not None), None)
+    return RunResult(RunStatus.COMPLETED, stop=pending)  # a rollback detector's stop at the very last step
 
 
 def backend_accounting(results: dict[int, RankResult]) -> dict[str, Any]:

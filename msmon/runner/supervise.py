@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.anomaly import StopRequest
 from msmon.config.loader import is_quickstart
 from msmon.errors import describe
 from msmon.ops.backup import backup_config
@@ -130,11 +131,11 @@ class Run:
         if len(self._signals) == 2:
             self._forced.set()
 
-    def _stop_by_monitor(self, reason: str) -> None:
-        """A rank watcher alert with ``action: stop``: every rank stops at its next step end."""
+    def _stop_by_monitor(self, request: StopRequest) -> None:
+        """A rank watcher alert with ``action: stop`` (or ``rollback``): every rank stops at its next step end."""
         if self.monitor_stop is None:
-            self.monitor_stop = results.RunResult(RunStatus.STOPPED_BY_MONITOR, reason, anomaly=self.watcher.anomaly)
-            logger.warning("msmon: stopping the run: %s", reason)
+            self.monitor_stop = results.RunResult(RunStatus.STOPPED_BY_MONITOR, request.reason, stop=request)
+            logger.warning("msmon: stopping the run: %s", request.reason)
             self.attempts.training.request_stop()
 
     def _local_ranks(self) -> dict[int, Any]:

@@ -23,6 +23,7 @@ import psutil
 import yaml
 
 from msmon import layout
+from msmon.anomaly import StopRequest
 from msmon.errors import ExitCode, describe
 from msmon.runner import stacks
 from msmon.runner.console import Console, capture_console, show_progress
@@ -74,7 +75,7 @@ class Worker:
         if self.signalled is None:
             self.signalled = name
             if self.session is not None:
-                self.session.request_stop(f"signal {name}")
+                self.session.request_stop(StopRequest(f"signal {name}"))
                 return
             raise KeyboardInterrupt  # nothing to flush yet: leave model building at once
         self.forced_by = name
@@ -124,8 +125,8 @@ class Worker:
             logger.error("training failed on rank %d:\n%s", self.rank, text, extra={"file_only": True})
         elif self.signalled is not None:
             status = RunStatus.INTERRUPTED
-        elif self.session is not None and self.session.stop_reason:
-            status, error = RunStatus.STOPPED_BY_MONITOR, self.session.stop_reason
+        elif self.session is not None and self.session.stop is not None:
+            status, error = RunStatus.STOPPED_BY_MONITOR, self.session.stop.reason
         self.finish(status, error)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
@@ -213,7 +214,7 @@ class Worker:
                 self.health.close()
                 result = dataclasses.replace(result, alert_count=self.health.alert_count)
                 if status in (RunStatus.STOPPED_BY_MONITOR, RunStatus.COMPLETED) and self.health.monitor is not None:
-                    result = dataclasses.replace(result, anomaly=self.health.monitor.anomaly)  # at the last step too
+                    result = dataclasses.replace(result, stop=self.health.monitor.stop)  # at the last step too
             if self.console is not None:  # the panel is closed: the terminal gets its descriptors back
                 self.console.capture.stop()
                 self.stderr.setStream(sys.stderr)

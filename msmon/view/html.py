@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import __version__
+from msmon.anomaly import rollbacks_of
 from msmon.config.metrics import norm_group
 from msmon.errors import MsmonError
 from msmon.util.atomic import atomic_write_text
@@ -56,6 +57,13 @@ def panel(metric: str, runs: list[RunData], max_points: int) -> dict[str, Any]:
             series.append({"name": run.name, "color": PALETTE[index % len(PALETTE)], **drawn.to_json()})
     group = "main" if metric in PLOT_METRICS else "more"
     return {"metric": metric, "label": LABELS.get(metric, metric), "series": series, "group": group}
+
+
+def rollback_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's rollbacks as the plotting script draws them: the stretch from the checkpoint's step to the alert,
+    trained again on other data, with its label."""
+    return [{"step": r.checkpoint_step, "until": r.alert_step, "label": f"rollback: {r.describe()}"}
+            for r in rollbacks_of(info)]
 
 
 def script_json(data: Any) -> str:

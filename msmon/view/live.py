@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from msmon.util import internal_errors
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
 from msmon.view.progress import METRICS, StepClock
@@ -137,8 +138,8 @@ class LiveView:
         while not self._stop.wait(self.interval):
             try:
                 self._pump(final=False)
-            except Exception:  # noqa: BLE001, S112 - the view must never take the run down
-                continue
+            except Exception as exc:  # noqa: BLE001 - the view must never take the run down: counted, drawn again
+                internal_errors.report("the live view", exc)
 
     def _pump(self, final: bool) -> None:
         """Print complete buffered lines above the panel, then redraw it."""

@@ -8,8 +8,7 @@ from typing import Any
 
 from msmon.errors import MsmonError
 from msmon.util.numbers import as_number
-from msmon.view.html import LABELS, PALETTE, panel_metrics
-from msmon.view.report import rollback_rows
+from msmon.view.html import LABELS, PALETTE, panel_metrics, rollback_rows
 from msmon.view.series import PLOT_METRICS, RunData, downsample
 
 MAX_POINTS = 4000

@@ -15,7 +15,7 @@ from msmon.config.hyperparameters import RunResults
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
 from msmon.view.heatmap import heatmap
-from msmon.view.html import fmt_time, panel, panel_metrics, render, write_page
+from msmon.view.html import fmt_time, panel, panel_metrics, render, rollback_rows, write_page
 from msmon.view.series import PLOT_METRICS, RunData, load_run
 
 MAX_POINTS = 4000
@@ -67,13 +67,6 @@ def alert_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "message": str(alert.get("message", "")),
         })
     return out
-
-
-def rollback_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """The run's rollbacks as the plotting script draws them: the stretch from the checkpoint's step to the alert,
-    trained again on other data, with its label."""
-    return [{"step": r.checkpoint_step, "until": r.alert_step, "label": f"rollback: {r.describe()}"}
-            for r in rollbacks_of(info)]
 
 
 def alert_table_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
