@@ -18,6 +18,7 @@ from typing import Any
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backends.base import Backend
 from msmon.engine.backends.file import FileBackend
+from msmon.listener import Listener
 from msmon.util.files import LineFile
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -249,7 +250,7 @@ class MindInsightServer:
         )
 
 
-class Capture:
+class Capture(Listener):
     """A listener that keeps every record the writer dispatched (what the callback saw)."""
 
     def __init__(self) -> None:

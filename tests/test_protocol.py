@@ -103,14 +103,14 @@ def test_a_broken_part_of_the_session_warns_once_with_its_traceback_and_is_count
     caplog.set_level(logging.INFO, logger="msmon")
     session.start()
     deadline = time.monotonic() + 60
-    while internal_errors.seen().count < 2 and time.monotonic() < deadline:  # the writer ticks, again and again
+    while internal_errors.seen().count < 2 and time.monotonic() < deadline:  # the writer's cycles, again and again
         session.writer.put({"step": 1, "time": time.time(), "loss": 1.0})
         time.sleep(0.1)
     session.close(RunStatus.COMPLETED)
     seen = internal_errors.seen()
-    assert seen.count >= 2 and seen.first is not None and seen.first.startswith("the writer tick")
-    lines = [r for r in caplog.records
-             if "internal error in the writer tick" in r.getMessage() and not getattr(r, "file_only", False)]
+    assert seen.count >= 2 and seen.first is not None and seen.first.startswith("listener DiskGuard.on_status")
+    said = "internal error in listener DiskGuard.on_status"
+    lines = [r for r in caplog.records if said in r.getMessage() and not getattr(r, "file_only", False)]
     assert [r.levelno for r in lines] == [logging.WARNING]  # once, however often it failed
     tracebacks = [r for r in caplog.records if getattr(r, "file_only", False)]
     assert len(tracebacks) == 1 and "Traceback" in tracebacks[0].getMessage()

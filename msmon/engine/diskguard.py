@@ -4,22 +4,41 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from msmon.config.schema import DiskGuardOptions
+from msmon.listener import Listener, SessionStatus
 from msmon.util.files import tree_size
 
 
-class DiskGuard:
-    """Checks the limits at most every ``interval_s``; ``check`` returns the reason once crossed."""
+class DiskGuard(Listener):
+    """Checks the limits at most every ``interval_s`` (on the writer's cycles); the first crossing, or a backend's
+    ENOSPC, trips it once: ``reason`` says why and ``on_trip`` stops the heavy outputs."""
 
-    def __init__(self, run_dir: Path, options: DiskGuardOptions, interval_s: float = 5.0) -> None:
+    def __init__(self, run_dir: Path, options: DiskGuardOptions, on_trip: Callable[[str], None],
+                 interval_s: float = 5.0) -> None:
         self.run_dir = Path(run_dir)
         self.options = options
         self.interval_s = interval_s
+        self.reason: str | None = None
+        self._on_trip = on_trip
         self._next = 0.0
 
+    def on_status(self, status: SessionStatus) -> None:
+        if self.reason is None:
+            reason = self.check()
+            if reason:
+                self.trip(reason)
+
+    def trip(self, reason: str) -> None:
+        """Stop the heavy outputs for ``reason`` (the first reason only)."""
+        if self.reason is None:
+            self.reason = reason
+            self._on_trip(reason)
+
     def check(self) -> str | None:
+        """Why a limit is crossed now, or None (also None between checks)."""
         now = time.monotonic()
         if now < self._next:
             return None

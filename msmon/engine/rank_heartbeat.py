@@ -27,6 +27,7 @@ from msmon import layout
 from msmon.config.metrics import nonfinite_values
 from msmon.engine.record import StepProgress
 from msmon.errors import describe
+from msmon.listener import Listener
 from msmon.util.atomic import rewrite_json
 from msmon.util.memory import host_memory
 
@@ -37,7 +38,7 @@ VALUE_KEYS = ("step", "time", "loss", "grad_norm", "overflow", "loss_mean")
 RECENT_COSTS = 16  # the step costs a heartbeat carries (the parent reads it every poll_s; the file keeps them all)
 
 
-class RankHeartbeat:
+class RankHeartbeat(Listener):
     """The heartbeat file of one rank: ``start()``, ``on_record`` (listener), ``stop(state)``."""
 
     def __init__(self, run_dir: Path, progress: StepProgress, rank: int, *, log_interval: int = 1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -11,8 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msmon.config.metrics import canonical_metric
+from msmon.listener import Listener
 from msmon.step_cost import StepCost
 from msmon.util.numbers import fmt_number
+
+logger = logging.getLogger("msmon")
 
 #: The record keys a tracked metric produces (throughput brings its companions).
 METRIC_KEYS: dict[str, tuple[str, ...]] = {
@@ -89,6 +93,13 @@ def console_line(record: dict[str, Any]) -> str:
     parts = [f"step {record.get('step')}"]
     parts.extend(f"{label} {fmt_number(record[key], 5)}" for key, label in _SHOWN if key in record)
     return "msmon: " + " | ".join(parts)
+
+
+class ConsoleLines(Listener):
+    """``monitor_config.verbose``: msmon's log gets the console line of each logged step."""
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        logger.info(console_line(record))
 
 
 @dataclass

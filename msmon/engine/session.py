@@ -20,22 +20,13 @@ from msmon.engine.callback import StepObserver, make_callback
 from msmon.engine.diskguard import DiskGuard
 from msmon.engine.flight import FlightRecorder
 from msmon.engine.rank_heartbeat import RankHeartbeat
-from msmon.engine.record import StepProgress, canonical_metrics, console_line
+from msmon.engine.record import ConsoleLines, StepProgress, canonical_metrics
 from msmon.engine.writer import Writer
 from msmon.errors import describe
+from msmon.listener import Listener, SessionStatus
 from msmon.status import Attempt, RunStatus
 
 logger = logging.getLogger("msmon")
-
-
-@dataclass(frozen=True)
-class SessionStatus:
-    """What listeners are told on every writer cycle (``on_status``)."""
-
-    last_step: int
-    last_end_wall: float | None  # unix time of the last step end (None before the first)
-    total_steps: int | None
-    dropped_records: int
 
 
 @dataclass
@@ -64,7 +55,7 @@ class MonitorSession:
         rank: int = 0,
         world_size: int = 1,
         writer_rank: int = 0,
-        listeners: Iterable[Any] = (),
+        listeners: Iterable[Listener] = (),
         attempt: Attempt | None = None,
     ) -> None:
         self.settings = settings
@@ -78,10 +69,9 @@ class MonitorSession:
         self.run_dir = Path(run_dir) / f"rank_{rank}" if per_rank and rank else Path(run_dir)
         self.progress = StepProgress()
         self.stop: StopRequest | None = None
-        self.disk_guard_reason: str | None = None
         self._metrics = canonical_metrics(settings.track_metrics)
         self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval)
-        self.disk_guard = DiskGuard(self.run_dir, settings.disk)
+        self.disk_guard = DiskGuard(self.run_dir, settings.disk, on_trip=self._stop_heavy_outputs)
         self._callback: Any = None
         # flight recorder (issue 13): filled by the callback, dumped by health on an alert (msmon.health.attach)
         steps = settings.flight_recorder.steps
@@ -90,10 +80,10 @@ class MonitorSession:
         self._close_lock = threading.Lock()
         self._started = False
         threads = backend_threads(self._make_backends(), settings.writer.queue_size) if self.writes else []
-        self.writer = Writer(
-            threads, [self.rank_heartbeat, *listeners], settings.writer.queue_size, tick=self._tick,
-            on_record=self._on_record, status=self.status,
-        )
+        own: list[Listener] = [ConsoleLines()] if settings.verbose else []
+        own += [self.disk_guard] if self.writes else []
+        self.writer = Writer(threads, [*own, self.rank_heartbeat, *listeners], settings.writer.queue_size,
+                             status=self.status)
         for runner in self.writer.runners:
             runner.on_failure = self._on_backend_failure
 
@@ -145,9 +135,8 @@ class MonitorSession:
                 )
         return self._callback
 
-    def add_listener(self, listener: Any) -> None:
-        """A consumer on the writer thread: ``on_record(record)``, ``close()``, and optionally
-        ``on_alert(alert)`` and ``on_status(SessionStatus)``."""
+    def add_listener(self, listener: Listener) -> None:
+        """A consumer of the record stream, called on the writer thread (msmon.listener)."""
         self.writer.add_listener(listener)
 
     def emit_alert(self, alert: dict[str, Any]) -> None:
@@ -197,28 +186,16 @@ class MonitorSession:
             records_lost=next((s.lost + s.dropped for s in stats if s.name == "file"), None),
             backends={s.name: asdict(s) for s in stats},
             backends_failed_to_close=late,
-            disk_guard=self.disk_guard_reason,
+            disk_guard=self.disk_guard.reason,
         )
 
     # -- writer thread --------------------------------------------------------------------------
-    def _on_record(self, record: dict[str, Any]) -> None:
-        if self.settings.verbose:
-            logger.info(console_line(record))
-
-    def _tick(self) -> None:
-        if not self.writes:
-            return
-        if self.disk_guard_reason is None:
-            reason = self.disk_guard.check()
-            if reason:
-                self._trip_disk_guard(reason)
-
     def _on_backend_failure(self, runner: BackendRunner, exc: BaseException) -> None:
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and self.disk_guard_reason is None:
-            self._trip_disk_guard(f"backend '{runner.backend.name}' hit ENOSPC (no space left on device)")
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            self.disk_guard.trip(f"backend '{runner.backend.name}' hit ENOSPC (no space left on device)")
 
-    def _trip_disk_guard(self, reason: str) -> None:
-        self.disk_guard_reason = reason
+    def _stop_heavy_outputs(self, reason: str) -> None:
+        """The disk guard tripped: the heavy backends stop, metrics.jsonl goes on."""
         heavy = [runner for runner in self.writer.runners if runner.backend.heavy and runner.active]
         for runner in heavy:
             runner.suspend(reason)

@@ -3,8 +3,8 @@
 The callback's ``put`` (a logging step's record) wakes it; records that arrive faster than one cycle per
 ``MIN_CYCLE_S`` go out together, and with none arriving it still wakes every ``TICK_S`` (the disk guard, the
 listeners' status). Each cycle hands every backend runner one batch (their worker threads write it:
-msmon/engine/backend_thread.py) and calls the listeners (``on_record``, ``on_alert``, ``on_status``) on its own
-thread. Nothing raised by a backend or a listener ever reaches the
+msmon/engine/backend_thread.py) and calls the listeners (msmon.listener: ``on_record``, ``on_alert``,
+``on_status``) on its own thread. Nothing raised by a backend or a listener ever reaches the
 training thread.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 
 from msmon.engine.backend_thread import BackendThread
 from msmon.engine.drop_queue import DropQueue
+from msmon.listener import Listener, SessionStatus
 from msmon.status import RunStatus
 from msmon.util import internal_errors
 
@@ -26,7 +27,7 @@ logger = logging.getLogger("msmon")
 
 LISTENER_MAX_FAILURES = 10
 MIN_CYCLE_S = 0.2  # at most one dispatch cycle this often: faster records are batched
-TICK_S = 1.0  # with no record arriving, a cycle this often
+TICK_S = 1.0  # with no record arriving, a cycle this often (the listeners' status: the disk guard, the views)
 DISPATCH_CLOSE_S = 2.0  # the dispatcher's last cycle: hand what is queued to the backends
 LISTENER_CLOSE_S = 10.0  # listeners (the health monitor's webhook and command hooks) close beside the backends
 
@@ -37,20 +38,16 @@ class Writer:
     def __init__(
         self,
         backend_threads: Iterable[BackendThread],
-        listeners: Iterable[Any] = (),
+        listeners: Iterable[Listener] = (),
         queue_size: int = 1000,
-        tick: Callable[[], None] | None = None,
-        on_record: Callable[[dict[str, Any]], None] | None = None,
-        status: Callable[[], Any] | None = None,
+        status: Callable[[], SessionStatus] | None = None,
     ) -> None:
         self.backend_threads = list(backend_threads)
         self.runners = [runner for thread in self.backend_threads for runner in thread.runners]
-        self.listeners: list[Any] = list(listeners)
+        self.listeners: list[Listener] = list(listeners)
         self.queue = DropQueue(queue_size)
         self.records_seen = 0
         self.last_record: dict[str, Any] | None = None
-        self._tick = tick
-        self._on_record = on_record
         self._status = status
         self._alerts: deque[dict[str, Any]] = deque()
         self._listener_failures: dict[int, int] = {}
@@ -67,7 +64,7 @@ class Writer:
         """Training thread: hand over one record (never blocks)."""
         self.queue.put(record)
 
-    def add_listener(self, listener: Any) -> None:
+    def add_listener(self, listener: Listener) -> None:
         self.listeners.append(listener)
 
     def emit_alert(self, alert: dict[str, Any]) -> None:
@@ -127,29 +124,21 @@ class Writer:
             while self._alerts:
                 alert = self._alerts.popleft()
                 for listener in self.listeners:
-                    if hasattr(listener, "on_alert"):
-                        self._listener_call(listener, "on_alert", alert)
-            self._safe_tick()
+                    self._listener_call(listener, "on_alert", alert)
             if self._status is not None:
                 status = self._status()
                 for listener in self.listeners:
-                    if hasattr(listener, "on_status"):
-                        self._listener_call(listener, "on_status", status)
+                    self._listener_call(listener, "on_status", status)
             if closing:
                 return
 
     def _dispatch(self, record: dict[str, Any]) -> None:
         self.records_seen += 1
         self.last_record = record
-        if self._on_record is not None:
-            try:
-                self._on_record(record)
-            except Exception as exc:  # a monitor never breaks training
-                internal_errors.report("the record hook", exc)
         for listener in self.listeners:
             self._listener_call(listener, "on_record", record)
 
-    def _listener_call(self, listener: Any, method: str, *args: Any) -> None:
+    def _listener_call(self, listener: Listener, method: str, *args: Any) -> None:
         key = id(listener)
         failures = self._listener_failures.get(key, 0)
         if failures >= LISTENER_MAX_FAILURES:
@@ -161,11 +150,3 @@ class Writer:
             self._listener_failures[key] = failures + 1
         else:
             self._listener_failures[key] = 0
-
-    def _safe_tick(self) -> None:
-        if self._tick is None:
-            return
-        try:
-            self._tick()
-        except Exception as exc:
-            internal_errors.report("the writer tick (heartbeat, disk guard)", exc)

@@ -13,6 +13,7 @@ from typing import Any
 from msmon import layout
 from msmon.health.monitor import HealthMonitor, Sink
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
+from msmon.listener import Listener
 
 __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 
@@ -36,7 +37,7 @@ class HealthHandle:
             self.monitor.close()
 
 
-class _Listener:
+class _Listener(Listener):
     """The session listener: hands records to the monitor (writer thread) and closes the handle."""
 
     def __init__(self, handle: HealthHandle, progress: Any) -> None:

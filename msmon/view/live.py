@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from msmon.listener import Listener, SessionStatus
 from msmon.util import internal_errors
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
@@ -60,7 +61,7 @@ def progress_bar(fraction: float | None, width: int = 28) -> Text:
     return bar
 
 
-class LiveView:
+class LiveView(Listener):
     """The panel; ``start()`` shows it, ``close()`` prints what is left and draws it one last time."""
 
     def __init__(self, total_steps: int | None, console: Console, refresh_per_second: float = 4.0) -> None:
@@ -70,7 +71,7 @@ class LiveView:
         self.latest: dict[str, Any] = {}
         self.alerts: deque[dict[str, Any]] = deque(maxlen=3)
         self.alert_total = 0
-        self.status: Any = None
+        self.status: SessionStatus | None = None
         self.started = time.time()
         self.interval = 1.0 / refresh_per_second
         self._lock = threading.Lock()
@@ -100,10 +101,10 @@ class LiveView:
             self.alerts.append(alert)
             self.alert_total += 1
 
-    def on_status(self, status: Any) -> None:
+    def on_status(self, status: SessionStatus) -> None:
         with self._lock:
             self.status = status
-            self.clock.learn_total(getattr(status, "total_steps", None))
+            self.clock.learn_total(status.total_steps)
 
     def print_above(self, text: str) -> None:
         """Text to print above the panel (complete lines are printed at the next redraw); once the panel is

@@ -7,6 +7,7 @@ import threading
 from collections import deque
 from typing import Any, TextIO
 
+from msmon.listener import Listener, SessionStatus
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
 
@@ -66,7 +67,7 @@ def plain_line(record: dict[str, Any], clock: StepClock) -> str:
     return "msmon: " + "  ".join(parts)
 
 
-class PlainView:
+class PlainView(Listener):
     """Plain progress (not a terminal, or ``--plain``): one line per logged step on ``stream`` (stdout by default;
     none in verbose mode, whose session already prints a line per logged step). Also a stream itself, so the
     framework's kept lines and msmon's own warnings print between the progress lines, never inside one."""
@@ -100,8 +101,8 @@ class PlainView:
     def on_alert(self, alert: dict[str, Any]) -> None:
         """Alerts are already logged by the health monitor; nothing to add on a plain stream."""
 
-    def on_status(self, status: Any) -> None:
-        self.clock.learn_total(getattr(status, "total_steps", None))
+    def on_status(self, status: SessionStatus) -> None:
+        self.clock.learn_total(status.total_steps)
 
     def close(self) -> None:
         """Nothing to release."""
