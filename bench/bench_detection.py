@@ -46,10 +46,12 @@ Inject = Callable[[list[Record]], list[Record]]
 
 
 def quickstart_config(records: list[Record]) -> dict:
-    """The quickstart's lr_schedule (msmon/config/quickstarts/quickstart.yaml), as the trace's run had it."""
+    """The quickstart's lr_schedule and vocabulary (msmon/config/quickstarts/quickstart.yaml), as the trace's run had
+    them."""
     peak = max(float(r["learning_rate"]) for r in records)
     return {"lr_schedule": {"type": "CosineWithWarmUpLR", "learning_rate": peak, "lr_end": 5e-4,
-                            "warmup_ratio": 0.05, "total_steps": int(records[-1]["step"])}}
+                            "warmup_ratio": 0.05, "total_steps": int(records[-1]["step"])},
+            "model": {"model_config": {"vocab_size": 1000}}}
 
 
 def run(records: list[Record], config: dict, settings: HealthSettings | None = None) -> list[Alert]:
@@ -307,6 +309,14 @@ def main() -> int:
             logs = sum(1 for r in rs if first and int(r["step"]) <= first.step)
             print(f"{'real dead run (lr 1e4)':<26}{'dead_series':<16}{int(found):>3}/1   "
                   f"at step {first.step if first else '-'} = log {logs}")
+            # the blow-up (steps 3-4) is logged at interval 1 only; at interval 10 the logged losses sit at ln(1000)
+            chance = next((a for a in alerts if a.detector == "chance_level"), None)
+            if chance is None and interval == 1:
+                misses.append("the real dead run's blow-up was not found worse than chance")
+            chance_logs = sum(1 for r in rs if chance and int(r["step"]) <= chance.step)
+            print(f"{'real dead run (lr 1e4)':<26}{'chance_level':<16}{int(chance is not None):>3}/1   "
+                  f"at step {chance.step if chance else '-'} = log {chance_logs}"
+                  + ("" if interval == 1 else "  (reported: its logged losses are at chance level)"))
     long = next((rs for name, rs in clean.items() if "long" in name), None)
     if long is not None:
         print("\nthe article's night on the 1000-step trace (grad growth from step 300, loss blow-up at 800):")

@@ -361,3 +361,50 @@ def test_nonfinite_finds_a_nan_loss_between_two_logs():
     assert "a step since the previous log had a non-finite loss" in hits[0][1].message
     again = fired(NonFiniteDetector(NonFiniteSettings()), records[2:])
     assert "loss is NaN" in again[0][1].message and "loss_mean" not in again[0][1].message
+
+
+QUICKSTART_VOCAB = {"model": {"model_config": {"vocab_size": 1000}}}
+
+
+def chance_alerts(losses: list[float], config: dict | None = QUICKSTART_VOCAB, **settings) -> list:
+    from msmon.config.health import ChanceLevelSettings
+
+    monitor = HealthMonitor(HealthSettings(chance_level=ChanceLevelSettings(**settings)), config)
+    for step, loss in enumerate(losses, start=1):
+        monitor.observe({"step": 2 * step, "loss": loss, "time": 1000.0 * step})  # beyond the alerts' rate limit
+    return [a for a in monitor.alerts if a.detector == "chance_level"]
+
+
+def test_a_loss_worse_than_chance_alerts_from_the_first_logs_with_no_warm_up():
+    """lr 50 on the quickstart (its 1,000 tokens: ln(1000) = 6.91, the limit 10.36): thousands from the first log."""
+    found = chance_alerts([3315.0, 139710.0, 1729.0, 900.0])
+    assert [(a.step, a.severity) for a in found] == [(4, "critical")]  # the second log, once
+    assert "above 1.5 x the chance level ln(1000) = 6.908" in found[0].message and "since step 2" in found[0].message
+    assert found[0].values["vocab_size"] == 1000 and found[0].values["limit"] == pytest.approx(1.5 * math.log(1000))
+
+
+def test_the_chance_level_is_silent_on_a_healthy_start_and_rearms_after_a_recovery():
+    healthy = [6.92, 6.90, 6.85, 6.5, 5.9, 4.2, 3.1]  # the quickstart's first logs: within hundredths of ln(1000)
+    assert chance_alerts(healthy) == []
+    assert chance_alerts([6.9, 11.0, 6.9, 11.0, 6.9]) == []  # one noisy log at a time is no run of breaches
+    again = chance_alerts([20.0, 20.0, 20.0, 5.0, 30.0, 30.0])
+    assert [a.step for a in again] == [4, 12]  # once per excursion above the limit
+    assert chance_alerts([math.nan, math.inf, 50.0]) == []  # non-finite values are the nonfinite detector's
+    assert chance_alerts([3315.0, 3315.0], config=None) == []  # no vocabulary size: nothing to judge against
+    assert [a.step for a in chance_alerts([13.0, 9.0], factor=1.2, patience=1)] == [2]
+
+
+def test_the_vocabulary_is_the_model_configs_or_the_one_given():
+    from msmon.health.detectors import vocab_size
+
+    assert vocab_size({"model": {"model_config": {"vocab_size": 151936}}}) == 151936
+    assert vocab_size({"model": {"model_config": {"padded_vocab_size": 32000}}}) == 32000
+    assert vocab_size(None) is None and vocab_size({"model": {}}, given=500) == 500
+    from msmon.config.coerce import range_findings
+
+    settings, findings = build(MonitorSettings, {"health": {"chance_level": {"vocab_size": 1, "factor": 1.0}}},
+                               "monitor_config")
+    assert findings == []
+    out = range_findings(settings.health, "monitor_config.health", "MS801")
+    assert sorted(f.path for f in out) == ["monitor_config.health.chance_level.factor",
+                                           "monitor_config.health.chance_level.vocab_size"]

@@ -108,3 +108,24 @@ def test_replay_of_a_run_started_with_overrides_recomputes_its_live_alerts(canon
     live = [{k: a[k] for k in key} for a in run.alerts() if a["detector"] != "stall"]
     assert [{k: a[k] for k in key} for a in json.loads(replayed.stdout)] == live
     assert "above the configured peak" not in replayed.stdout
+
+
+@pytest.mark.parametrize("name", ["lr_50_legacy", "lr_50_mcore"])
+def test_a_run_wrong_from_its_first_step_is_found_worse_than_chance_within_three_logs(canonical, name):
+    """lr_schedule.learning_rate=50 on a quickstart (1,000 tokens: chance level ln(1000) = 6.91) ended with "alerts:
+    none": every detector judged it against its own past. chance_level judges it against physics from the first log,
+    with the real Trainer's records, on both model paths."""
+    run = canonical(name)
+    assert run.code == 0, run.output[-2000:]
+    logged = [r["step"] for r in run.records()]
+    found = [a for a in run.alerts() if a["detector"] == "chance_level"]
+    assert found, [(r["step"], r.get("loss")) for r in run.records()[:5]]
+    assert found[0]["step"] in logged[:3] and found[0]["severity"] == "critical"
+    assert found[0]["values"]["vocab_size"] == 1000 and "worse than chance" in found[0]["message"]
+    assert "alerts: none" not in run.output
+
+
+@pytest.mark.parametrize("name", ["completed_legacy", "completed_mcore", "lr_1e_3", "lr_2e_2"])
+def test_the_clean_canonical_runs_are_never_worse_than_chance(canonical, name):
+    run = canonical(name)
+    assert [a for a in run.alerts() if a["detector"] == "chance_level"] == []

@@ -37,6 +37,16 @@ class NonFiniteSettings(RecoverableDetectorSettings):
 
 
 @dataclass(frozen=True)
+class ChanceLevelSettings(DetectorSettings):
+    """alert from the first log, no warm-up, when the loss is worse than a uniform guess over the vocabulary"""
+
+    vocab_size: int | None = doc(None, "tokens the guess picks from (default: model.model_config.vocab_size)",
+                                 at_least=2)
+    factor: float = doc(1.5, "a loss above factor x ln(vocab_size) is worse than chance ...", above=1.0)
+    patience: int = doc(2, "... on this many consecutive logs", at_least=1)
+
+
+@dataclass(frozen=True)
 class LossSpikeSettings(RecoverableDetectorSettings):
     """detect loss spikes against the recent level; spiking values never enter it"""
 
@@ -203,6 +213,7 @@ class HealthSettings:
 
     enabled: bool = doc(True, "run the health detectors and the stall check")
     nonfinite: NonFiniteSettings = field(default_factory=NonFiniteSettings)
+    chance_level: ChanceLevelSettings = field(default_factory=ChanceLevelSettings)
     loss_spike: LossSpikeSettings = field(default_factory=LossSpikeSettings)
     grad_explosion: GradExplosionSettings = field(default_factory=GradExplosionSettings)
     dead_series: DeadSeriesSettings = field(default_factory=DeadSeriesSettings)

@@ -58,7 +58,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     _hp("intermediate_size", _MODEL + "intermediate_size", _MODEL + "ffn_hidden_size"),
     _hp("num_heads", _MODEL + "num_heads", _MODEL + "num_attention_heads"),
     _hp("num_kv_heads", _MODEL + "n_kv_heads", _MODEL + "num_key_value_heads", _MODEL + "num_query_groups"),
-    _hp("vocab_size", _MODEL + "vocab_size"),
+    _hp("vocab_size", _MODEL + "vocab_size", _MODEL + "padded_vocab_size"),
     _hp("compute_dtype", _MODEL + "compute_dtype", number=False),
     _hp("param_dtype", _MODEL + "param_init_type", _MODEL + "params_dtype", number=False),
     _hp("seed", "seed"),

@@ -8,8 +8,10 @@ from typing import Any
 from msmon.compat import global_norm_spike_threshold
 from msmon.compat.template import checkpoint_saving
 from msmon.config.health import HealthSettings
+from msmon.config.hyperparameters import hyperparameters
 from msmon.config.schedule import schedule_from_config
 from msmon.health.detectors.base import Detector
+from msmon.health.detectors.chance_level import ChanceLevelDetector
 from msmon.health.detectors.dead_series import DeadSeriesDetector
 from msmon.health.detectors.grad_explosion import GradExplosionDetector
 from msmon.health.detectors.learning_rate import LearningRateDetector
@@ -33,13 +35,23 @@ def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
     return tuple(found)
 
 
+def vocab_size(config: Mapping[str, Any] | None, given: int | None = None) -> int | None:
+    """The vocabulary a uniform guess picks from: ``given`` (``health.chance_level.vocab_size``), else the model
+    config's (msmon.config.hyperparameters reads it)."""
+    if given is not None:
+        return given
+    value = hyperparameters(config).get("vocab_size")
+    return positive_int(value)
+
+
 def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The enabled detectors in a fixed order (the same list live and in replay)."""
     schedule = schedule_from_config(config, settings.learning_rate)
-    grad = settings.grad_explosion
+    grad, chance = settings.grad_explosion, settings.chance_level
     threshold = grad.absolute_threshold if grad.absolute_threshold is not None else global_norm_spike_threshold(config)
     candidates: list[tuple[bool, Any]] = [
         (settings.nonfinite.enabled, lambda: NonFiniteDetector(settings.nonfinite)),
+        (chance.enabled, lambda: ChanceLevelDetector(chance, vocab_size(config, chance.vocab_size))),
         (settings.dead_series.enabled, lambda: DeadSeriesDetector(settings.dead_series)),
         (settings.loss_spike.enabled, lambda: LossSpikeDetector(settings.loss_spike)),
         (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),
