@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import psutil
 import yaml
@@ -32,6 +32,10 @@ from msmon.status import RunStatus, exit_code, rank_exit_code
 from msmon.util import internal_errors, logs
 from msmon.util.files import SpaceReserve
 from msmon.view.progress import PlainView
+
+if TYPE_CHECKING:  # imported where the session starts, after the framework
+    from msmon.engine.session import MonitorSession
+    from msmon.health import HealthHandle
 
 CHILD_GRACE_S = 5.0  # this process's children (MindSpore's summary writer pool) get this long to exit
 EXIT_GUARD_S = 10.0  # MindSpore's exit handlers get this long before the process ends anyway
@@ -56,8 +60,8 @@ class Worker:
         self.scheduler = os.environ.get("MS_ROLE") == "MS_SCHED"
         self.writer_rank = spec.writer_rank
         self.run_dir = spec.run_dir
-        self.session: Any = None
-        self.health: Any = None
+        self.session: MonitorSession | None = None
+        self.health: HealthHandle | None = None
         self.console: Console | None = None
         self.reserve: SpaceReserve | None = None
         self.signalled: str | None = None
