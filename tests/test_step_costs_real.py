@@ -31,7 +31,9 @@ def test_a_rank_slow_in_its_host_time_is_named_with_its_host_and_figures(tmp_pat
     assert [(a["detector"], a["values"]["rank"], a["values"]["figure"]) for a in slow] == \
         [("slow_rank", 1, "outside_ms")], slow
     (alert,) = slow
-    assert alert["step"] <= 100 and alert["values"]["ms"] >= 55.0 and alert["values"]["ratio"] >= 3.0
+    # the ratio is the other rank's host time on a busy 2-core machine too (2.84 seen with the suite beside it):
+    # above the detector's 1.5 with room, the 60 ms itself in "ms"
+    assert alert["step"] <= 100 and alert["values"]["ms"] >= 55.0 and alert["values"]["ratio"] >= 2.0
     assert f"rank 1 on {run.heartbeat(1)['host']}" in alert["message"]
     print(f"measured: named at step {alert['step']}: {alert['message']}")
     assert "step time: rank 0" in run.stderr and "; rank 1 " in run.stderr  # the ending, rank by rank
