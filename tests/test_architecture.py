@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 UI_LIBRARIES = ("typer", "rich", "click")
 UI_ALLOWED = {"cli", "view.live"}  # Rich draws the live panel; everything else is the library core
-MAX_LINES = 300
+MAX_LINES = 500
 #: The modules on either side of the rank boundary (the parent's and the rank's).
 BOUNDARY_MODULES = {"runner.worker", "runner.training_process", "runner.supervise", "runner.attempts",
                     "runner.injected"}
@@ -92,7 +92,7 @@ def test_the_core_never_imports_the_terminal_libraries(name: str, path: Path) ->
     assert used == [], f"{name} imports {used}: only msmon.cli (and the live panel) may"
 
 
-def test_no_module_over_300_lines_without_a_reason() -> None:
+def test_no_module_over_500_lines_without_a_reason() -> None:
     """A module over the limit must say in its docstring why it is one piece (``Kept whole because ...``)."""
     long = []
     for name, path in modules():

@@ -489,6 +489,8 @@ def test_interval_statistics_read_only_at_logging_steps(tmp_path: Path):
     assert records[0]["grad_norm_max"] == max(norms[s] for s in range(1, 6))
     assert math.isnan(records[1]["grad_norm_max"]) and math.isnan(records[2]["grad_norm_max"])  # NaN beats Inf
     assert records[3]["grad_norm_max"] == max(norms[s] for s in range(16, 21))  # the slots were emptied
+    assert records[0]["grad_norm_initial"] == norms[1]  # the initialised model's, at the first log only
+    assert all("grad_norm_initial" not in r for r in records[1:])
 
 
 def test_interval_statistics_only_for_tracked_metrics_and_intervals_above_one(tmp_path: Path):
@@ -517,7 +519,7 @@ def test_csv_header_holds_the_interval_statistics():
     from msmon.engine.record import record_columns
 
     assert record_columns(["loss", "grad_norm"]) == ["step", "time", "rank", "loss", "loss_mean", "grad_norm",
-                                                     "grad_norm_mean", "grad_norm_max"]
+                                                     "grad_norm_mean", "grad_norm_max", "grad_norm_initial"]
 
 
 def test_loss_mean_keeps_a_nan_loss_between_two_logs(tmp_path: Path):

@@ -129,10 +129,17 @@ def test_a_run_wrong_from_its_first_step_is_alerted_within_three_logs(canonical,
     assert first["detector"] == WRONG_FROM_STEP_1[name]
     if first["detector"] == "chance_level":
         assert first["values"]["vocab_size"] == 1000 and "worse than chance" in first["message"]
+        bound = next(a for a in run.alerts() if a["detector"] == "grad_norm_bound")  # the grad norm says so too
+        assert bound["step"] in logged[:3] and bound["values"]["grad_norm_initial"] < 10
     assert "alerts: none" not in run.output
 
 
 @pytest.mark.parametrize("name", ["completed_legacy", "completed_mcore", "lr_1e_3", "lr_2e_2"])
-def test_the_clean_canonical_runs_are_never_worse_than_chance(canonical, name):
+def test_the_clean_canonical_runs_raise_nothing_from_the_first_step_detectors(canonical, name):
+    """chance_level, grad_norm_bound and flat_start judge against physics from the first log: silent on a clean run
+    (lr_2e_2's loss first rises above ln(1000), its grad norm to several times step 1's)."""
     run = canonical(name)
-    assert [a for a in run.alerts() if a["detector"] == "chance_level"] == []
+    first_step = {"chance_level", "grad_norm_bound", "flat_start"}
+    assert [a for a in run.alerts() if a["detector"] in first_step] == []
+    if run.log_interval > 1:
+        assert run.records()[0]["grad_norm_initial"] > 0  # step 1's grad norm, from the held steps

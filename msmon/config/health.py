@@ -47,6 +47,25 @@ class ChanceLevelSettings(DetectorSettings):
 
 
 @dataclass(frozen=True)
+class GradNormBoundSettings(DetectorSettings):
+    """alert from the first log, no warm-up, when grad_norm is absurd for this model: far above its value at step 1"""
+
+    factor: float = doc(100.0, "a grad_norm above factor x its value at step 1 (the initialised model) ...",
+                        above=1.0)
+    patience: int = doc(2, "... on this many consecutive logs", at_least=1)
+
+
+@dataclass(frozen=True)
+class FlatStartSettings(DetectorSettings):
+    """alert when a model trained from scratch has not left the chance level soon after the LR warm-up"""
+
+    steps: int = doc(100, "training steps after the LR warm-up (after step 1 without one) by which the loss ...",
+                     at_least=1)
+    band: float = doc(0.02, "... must have left this fraction around ln(vocab_size), up or down", above=0.0,
+                      at_most=1.0)
+
+
+@dataclass(frozen=True)
 class LossSpikeSettings(RecoverableDetectorSettings):
     """detect loss spikes against the recent level; spiking values never enter it"""
 
@@ -214,6 +233,8 @@ class HealthSettings:
     enabled: bool = doc(True, "run the health detectors and the stall check")
     nonfinite: NonFiniteSettings = field(default_factory=NonFiniteSettings)
     chance_level: ChanceLevelSettings = field(default_factory=ChanceLevelSettings)
+    grad_norm_bound: GradNormBoundSettings = field(default_factory=GradNormBoundSettings)
+    flat_start: FlatStartSettings = field(default_factory=FlatStartSettings)
     loss_spike: LossSpikeSettings = field(default_factory=LossSpikeSettings)
     grad_explosion: GradExplosionSettings = field(default_factory=GradExplosionSettings)
     dead_series: DeadSeriesSettings = field(default_factory=DeadSeriesSettings)

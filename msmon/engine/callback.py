@@ -169,7 +169,7 @@ class StepObserver:
             record["local_norm"] = to_max(parts["local_norm"])
         held = [self._read_held(h, groups) for h in self._held.drain()] if self._held is not None else []
         if self._stats:
-            self._interval_stats(record, held)
+            self._interval_stats(record, held, first_log=not self._checked)
         if self._flight is not None:
             own = {key: value for key, value in values.items() if key != "learning_rate"}
             self._flight.extend([*held, {**self._step_entry(step, now, step_seconds), **own}])
@@ -216,16 +216,18 @@ class StepObserver:
             self._groups = groups or False
         return self._groups if isinstance(self._groups, GradGroups) else None
 
-    def _interval_stats(self, record: dict[str, Any], held: list[dict[str, Any]]) -> None:
-        """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the
-        held steps plus this step's own value. ``grad_norm_mean`` skips non-finite values (overflow steps),
-        ``loss_mean`` keeps them (a NaN loss between two logs is never averaged away)."""
+    def _interval_stats(self, record: dict[str, Any], held: list[dict[str, Any]], first_log: bool) -> None:
+        """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the held steps
+        plus this step's own value. ``grad_norm_mean`` skips non-finite values (overflow steps), ``loss_mean`` keeps
+        them (a NaN loss between two logs is never averaged away). At the first log: step 1's grad norm."""
         for name in ("grad_norm", "loss"):
             if name in record:
                 values = [record[name], *(entry[name] for entry in held if name in entry)]
                 record[f"{name}_mean"], peak = interval_stats(values, finite_mean=name == "grad_norm")
                 if name == "grad_norm":
                     record["grad_norm_max"] = peak
+                    if first_log and held and held[0]["step"] == 1:  # the initialised model's (grad_norm_bound)
+                        record["grad_norm_initial"] = held[0]["grad_norm"]
 
     def _fixed(self, values: dict[str, Any]) -> dict[str, Any]:
         """One step's values with its loss corrected as mindformers prints it."""

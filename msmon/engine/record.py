@@ -23,7 +23,7 @@ METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "throughput": ("throughput", "throughput_per_device", "samples_per_s", "samples_per_s_per_device",
                    "model_flops", "tflops_per_device", "mfu"),
     "loss": ("loss", "loss_mean"),
-    "grad_norm": ("grad_norm", "grad_norm_mean", "grad_norm_max"),
+    "grad_norm": ("grad_norm", "grad_norm_mean", "grad_norm_max", "grad_norm_initial"),
     "step_time_ms": ("step_time_ms", "step_inside_ms", "step_outside_ms"),
     "host_memory_mb": ("host_memory_mb", "device_memory_mb", "device_memory_peak_mb"),
     "layer_grad_norm": (),  # grad_norm/<group>: the groups are known only once the model is built

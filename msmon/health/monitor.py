@@ -10,10 +10,10 @@ from typing import Any, Protocol
 
 from msmon.anomaly import Anomaly, StopRequest
 from msmon.config.health import HealthSettings
+from msmon.config.schedule import Schedule
 from msmon.health.alert import Alert, Signal
 from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
-from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.groups import GroupNorms
 from msmon.util import internal_errors
@@ -77,11 +77,13 @@ class HealthMonitor:
         return next((d for d in self.detectors if isinstance(d, StallDetector)), None)
 
     def set_total_steps(self, total: int | None) -> None:
-        """Tell the LR checks the run's total steps when the config left it to the dataset (-1)."""
+        """Tell the schedule the detectors share (LR checks, warm-up ends) the run's total steps when the config left
+        it to the dataset (-1)."""
         with self._lock:
             for det in self.detectors:
-                if isinstance(det, LearningRateDetector) and total and not det.schedule.total_steps:
-                    det.schedule.total_steps = int(total)
+                schedule = getattr(det, "schedule", None)
+                if isinstance(schedule, Schedule) and total and not schedule.total_steps:
+                    schedule.total_steps = int(total)
 
     def on_record(self, record: dict[str, Any]) -> None:
         """Listener entry point (the session's writer thread)."""

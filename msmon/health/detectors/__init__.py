@@ -13,7 +13,9 @@ from msmon.config.schedule import schedule_from_config
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.chance_level import ChanceLevelDetector
 from msmon.health.detectors.dead_series import DeadSeriesDetector
+from msmon.health.detectors.flat_start import FlatStartDetector
 from msmon.health.detectors.grad_explosion import GradExplosionDetector
+from msmon.health.detectors.grad_norm_bound import GradNormBoundDetector
 from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.loss_spike import LossSpikeDetector
 from msmon.health.detectors.nonfinite import NonFiniteDetector
@@ -48,10 +50,13 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
     """The enabled detectors in a fixed order (the same list live and in replay)."""
     schedule = schedule_from_config(config, settings.learning_rate)
     grad, chance = settings.grad_explosion, settings.chance_level
+    vocab = vocab_size(config, chance.vocab_size)
     threshold = grad.absolute_threshold if grad.absolute_threshold is not None else global_norm_spike_threshold(config)
     candidates: list[tuple[bool, Any]] = [
         (settings.nonfinite.enabled, lambda: NonFiniteDetector(settings.nonfinite)),
-        (chance.enabled, lambda: ChanceLevelDetector(chance, vocab_size(config, chance.vocab_size))),
+        (chance.enabled, lambda: ChanceLevelDetector(chance, vocab)),
+        (settings.grad_norm_bound.enabled, lambda: GradNormBoundDetector(settings.grad_norm_bound)),
+        (settings.flat_start.enabled, lambda: FlatStartDetector(settings.flat_start, vocab, schedule)),
         (settings.dead_series.enabled, lambda: DeadSeriesDetector(settings.dead_series)),
         (settings.loss_spike.enabled, lambda: LossSpikeDetector(settings.loss_spike)),
         (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),

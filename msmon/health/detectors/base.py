@@ -20,3 +20,22 @@ def metric(record: dict[str, Any], key: str) -> float | None:
     """The record's ``key`` as a float (NaN/Inf kept), or None when absent or not a number."""
     return as_number(record.get(key))
 
+
+
+class Breaches:
+    """Consecutive logs beyond a detector's limit: how many, and the step of the first (its onset)."""
+
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+        self.count = 0
+        self.since: int | None = None
+
+    def update(self, beyond: bool, step: Any) -> bool:
+        """Count this log; True on the ``patience``-th consecutive breach only (once per excursion)."""
+        if not beyond:
+            self.count, self.since = 0, None
+            return False
+        self.count += 1
+        if self.since is None and isinstance(step, int):
+            self.since = step
+        return self.count == self.patience

@@ -11,7 +11,7 @@ from typing import Any
 
 from msmon.config.health import ChanceLevelSettings
 from msmon.health.alert import Signal
-from msmon.health.detectors.base import metric
+from msmon.health.detectors.base import Breaches, metric
 from msmon.util.numbers import fmt_number
 
 
@@ -30,29 +30,21 @@ class ChanceLevelDetector:
         self.settings = settings
         self.vocab_size = vocab_size if vocab_size is not None and vocab_size >= 2 else None
         self.chance = math.log(self.vocab_size) if self.vocab_size is not None else None
-        self._above = 0
-        self._since: int | None = None  # the first step of the current run of breaches
+        self._breaches = Breaches(settings.patience)
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         loss = metric(record, "loss")
         if self.chance is None or loss is None or not math.isfinite(loss):  # a NaN is the nonfinite detector's
             return None
         limit = self.settings.factor * self.chance
-        if loss <= limit:
-            self._above, self._since = 0, None
-            return None
-        step = record.get("step")
-        self._above += 1
-        if self._since is None and isinstance(step, int):
-            self._since = step
-        if self._above != self.settings.patience:
+        if not self._breaches.update(loss > limit, record.get("step")):
             return None
         return Signal(
             "critical",
             f"loss {fmt_number(loss, 5)} is above {fmt_number(self.settings.factor)} x the chance level "
             f"ln({self.vocab_size}) = {fmt_number(self.chance, 4)} (a uniform guess over the vocabulary) since step "
-            f"{self._since}: the model is worse than chance; check the learning rate, the initialisation and the "
-            "labels",
+            f"{self._breaches.since}: the model is worse than chance; check the learning rate, the initialisation and "
+            "the labels",
             {"loss": loss, "chance_level": self.chance, "limit": limit, "vocab_size": self.vocab_size},
-            onset_step=self._since,
+            onset_step=self._breaches.since,
         )
