@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from msmon.config.health import HealthSettings
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor
-from msmon.health.replay import parse_record
+from msmon.records import parse_record
 
 METRICS = ["loss", "grad_norm", "learning_rate", "throughput", "samples_per_s", "step_time_ms", "overflow"]
 values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6), st.booleans(),

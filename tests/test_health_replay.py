@@ -13,7 +13,8 @@ import pytest
 from msmon.config.health import HealthSettings
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor
-from msmon.health.replay import parse_record, read_records, replay
+from msmon.health.replay import replay
+from msmon.records import parse_record, read_records
 
 TRACES = Path(__file__).resolve().parent.parent / "bench" / "traces"
 MSMON = [sys.executable, "-m", "msmon"]

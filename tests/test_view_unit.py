@@ -469,7 +469,7 @@ def test_report_and_compare_render_in_chromium_without_console_errors(tmp_path: 
 
 def test_every_reader_spells_nan_and_inf_alike(tmp_path: Path) -> None:
     """One table of NaN/Inf spellings: the report once refused "+inf" that replay accepted."""
-    from msmon.health.replay import parse_record
+    from msmon.records import parse_record
 
     run = make_run(tmp_path, "spell", steps=3, alerts=False)
     rows = [{"step": 40, "time": 2.0, "loss": "+inf"}, {"step": 50, "time": 3.0, "loss": "-Infinity"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,53 +19,13 @@ from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
 from msmon.health.rank_costs import RankCosts, RankReport
 from msmon.health.rollback_forecast import Forecast, forecast
+from msmon.records import check_record, read_records
 from msmon.step_cost import StepCost, read_costs
-from msmon.util.jsonfiles import parse_object, read_json_object, read_jsonl
-from msmon.util.numbers import as_number, with_nonfinite_floats
+from msmon.util.jsonfiles import read_json_object, read_jsonl
 
 logger = logging.getLogger("msmon")
 
 WARM_RECORDS = 5000  # a resumed run's detectors start from at most this many recorded records
-
-
-def check_record(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """A record with an integer ``step`` and numeric ``time``; "NaN"/"Infinity" strings become floats."""
-    record = with_nonfinite_floats(data)
-    step = record.get("step")
-    if isinstance(step, float) and step.is_integer():
-        step = record["step"] = int(step)
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise MsmonError(f"{where}: 'step' must be an integer, got {step!r}", 'add "step": N to every line')
-    when = record.get("time")
-    if when is not None and as_number(when) is None:
-        raise MsmonError(f"{where}: 'time' must be unix seconds, got {when!r}", "drop it or write a number")
-    return record
-
-
-def parse_record(text: str, where: str) -> dict[str, Any]:
-    """One JSON Lines record (see ``check_record``); MsmonError naming ``where`` otherwise."""
-    try:
-        data = parse_object(text)
-    except ValueError as exc:
-        raise MsmonError(f"{where}: {exc}", "each line must be one JSON object") from None
-    return check_record(data, where)
-
-
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSON Lines file; a half-written last line (a killed run) is skipped with a warning."""
-    try:
-        lines = read_jsonl(path)
-    except FileNotFoundError as exc:
-        raise MsmonError(f"{path}: no such file", "pass a run directory or a JSON Lines file") from exc
-    except OSError as exc:
-        raise MsmonError(f"{path}: cannot read ({exc})", "pass a UTF-8 JSON Lines file") from exc
-    if lines.bad:
-        number, reason = lines.bad[0]
-        raise MsmonError(f"{path}:{number}: {reason}", "each line must be one JSON object")
-    for number, data in zip(lines.lines, lines.rows, strict=True):
-        yield check_record(data, f"{path}:{number}")
-    if lines.truncated_tail:
-        logger.warning("%s: skipped a half-written last line", path)
 
 
 def history(run_dir: Path, up_to_step: int, limit: int = WARM_RECORDS) -> list[dict[str, Any]]:

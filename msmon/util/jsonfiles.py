@@ -3,8 +3,10 @@ progress) and single JSON objects (run.json, result and state files)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,23 +43,47 @@ def parse_object(text: str) -> dict[str, Any]:
     return data
 
 
-def parse_jsonl(text: str, first_line: int = 1) -> JsonLines:
-    """Every line of ``text``; blank lines are skipped."""
-    result = JsonLines()
-    lines = text.split("\n")
-    for index, line in enumerate(lines):
+@dataclass(frozen=True)
+class JsonLine:
+    """One non-blank line: its object, or why it is not one (``row`` None); ``cut``: the file's last line, without
+    a newline (a write in progress or a killed run)."""
+
+    number: int  # 1-based
+    row: dict[str, Any] | None
+    error: str = ""
+    cut: bool = False
+
+
+def scan_lines(lines: Iterable[str], first_line: int = 1) -> Iterator[JsonLine]:
+    """Each non-blank line of ``lines`` (each with its newline, the last one perhaps without) parsed in turn."""
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         try:
-            result.rows.append(parse_object(line))
+            yield JsonLine(number, parse_object(line))
         except ValueError as exc:
-            if index == len(lines) - 1:  # no newline after it: still being written, or cut by a kill
-                result.truncated_tail = True
-            else:
-                result.bad.append((first_line + index, str(exc)))
-            continue
-        result.lines.append(first_line + index)
+            yield JsonLine(number, None, str(exc), cut=not line.endswith("\n"))
+
+
+def parse_jsonl(text: str, first_line: int = 1) -> JsonLines:
+    """Every line of ``text``; blank lines are skipped."""
+    result = JsonLines()
+    for line in scan_lines(io.StringIO(text), first_line):
+        if line.row is not None:
+            result.rows.append(line.row)
+            result.lines.append(line.number)
+        elif line.cut:
+            result.truncated_tail = True
+        else:
+            result.bad.append((line.number, line.error))
     return result
+
+
+def iter_jsonl(path: Path) -> Iterator[JsonLine]:
+    """The file's lines one at a time (bounded memory: a million-line file is never held whole; undecodable bytes
+    replaced); OSError when it cannot be opened or read."""
+    with open(path, "rb") as handle:
+        yield from scan_lines(raw.decode("utf-8", errors="replace") for raw in handle)
 
 
 def read_jsonl(path: Path) -> JsonLines:

@@ -10,6 +10,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.errors import ExitCode, MsmonError
+from msmon.records import shown_rank
 from msmon.util.jsonfiles import JsonLines, read_json_object, read_jsonl
 from msmon.util.numbers import as_number, nonfinite_kind
 
@@ -119,7 +120,8 @@ def _read_monitor(run_dir: Path) -> dict[str, Any] | None:
 def _clean_records(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
     """Records with an integer step, one per step (the last one wins after a resume), in step order."""
     ranks: set[int] = {row["rank"] for row in rows if isinstance(row.get("rank"), int)}
-    rank = min(ranks) if ranks else None
+    with_loss = {row["rank"] for row in rows if isinstance(row.get("rank"), int) and "loss" in row}
+    rank = shown_rank(ranks, with_loss)
     if len(ranks) > 1:
         notes.append(f"records of ranks {sorted(ranks)} found; showing rank {rank}")
     by_step: dict[int, dict[str, Any]] = {}
