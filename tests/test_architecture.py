@@ -1,8 +1,8 @@
 """The architecture holds: imports point down the layers, the core never imports Typer or Rich, modules stay small.
 
 The layers (docs/architecture.md): the foundation (``msmon``, anomaly, errors, findings, layout, listener, records,
-status, step_cost, compat, util), then config, then engine / health / validate (siblings that do not import each
-other), then ops and view, then runner, then cli.
+status, step_cost, compat, util), then config, then reference (the reference curves), then engine / health / validate
+(siblings that do not import each other), then ops and view, then runner, then cli.
 Every import counts, also the ones inside functions.
 """
 
@@ -19,13 +19,14 @@ FOUNDATION = {"msmon", "anomaly", "errors", "findings", "layout", "listener", "r
 ALLOWED: dict[str, set[str]] = {
     **dict.fromkeys(FOUNDATION, FOUNDATION),
     "config": FOUNDATION | {"config"},
+    "reference": FOUNDATION | {"config", "reference"},
     "engine": FOUNDATION | {"config", "engine"},
-    "health": FOUNDATION | {"config", "health"},
+    "health": FOUNDATION | {"config", "reference", "health"},
     "validate": FOUNDATION | {"config", "validate"},
-    "ops": FOUNDATION | {"config", "validate", "ops"},
-    "view": FOUNDATION | {"config", "view"},
-    "runner": FOUNDATION | {"config", "engine", "health", "validate", "ops", "view", "runner"},
-    "cli": FOUNDATION | {"config", "engine", "health", "validate", "ops", "view", "runner", "cli"},
+    "ops": FOUNDATION | {"config", "reference", "validate", "ops"},
+    "view": FOUNDATION | {"config", "reference", "view"},
+    "runner": FOUNDATION | {"config", "reference", "engine", "health", "validate", "ops", "view", "runner"},
+    "cli": FOUNDATION | {"config", "reference", "engine", "health", "validate", "ops", "view", "runner", "cli"},
     "__main__": {"cli"},
 }
 UI_LIBRARIES = ("typer", "rich", "click")

@@ -53,6 +53,19 @@ def samples_per_step(config: Mapping[str, Any]) -> int | None:
     return per_rank
 
 
+def global_batch_size(config: Mapping[str, Any], world_size: int) -> int | None:
+    """The samples one step takes over every rank (mindformers' ``global_batch_size``; None without a batch size):
+    ``samples_per_step`` where every rank reads the global batch (``full_batch: True``), times ``data_parallel``
+    where each rank of a parallel layout reads its own shard, times ``world_size`` in data parallel mode (every
+    rank its own batch)."""
+    per_step = samples_per_step(config)
+    if per_step is None or (lays_out_ranks(config) and dotted_get(config, "parallel.full_batch") is True):
+        return per_step
+    if lays_out_ranks(config):
+        return per_step * (positive_int(dotted_get(config, "parallel_config.data_parallel")) or 1)
+    return per_step * max(world_size, 1)
+
+
 def data_steps(config: Mapping[str, Any]) -> int | None:
     """The steps the data gives: ``num_samples`` // the samples a step takes x epochs (None when not stated). It is
     also the end of the data in batches, counted across epochs (what MindSpore's ``set_init_step`` must stay below)."""

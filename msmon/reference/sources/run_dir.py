@@ -1,0 +1,43 @@
+"""An msmon run directory as a reference: its metrics.jsonl (the rank ``msmon report`` shows) and the global
+batch size of the config it trained with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msmon import layout
+from msmon.compat.parallel import global_batch_size
+from msmon.config.mindformers_yaml import read_run_config
+from msmon.records import read_records, shown_rank
+from msmon.reference.curve import METRICS, CurveBuilder, ReferenceCurve, ReferenceKind
+from msmon.util.jsonfiles import read_json_object
+from msmon.util.numbers import as_number, positive_int
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` is a run directory (it holds every file of ``layout.MARKERS``)."""
+    return path.is_dir() and all((path / name).is_file() for name in layout.MARKERS)
+
+
+def _world_size(run_dir: Path) -> int:
+    try:
+        info = read_json_object(run_dir / layout.RUN_JSON)
+    except (OSError, ValueError):
+        return 1
+    shape = info.get("layout")
+    return positive_int(shape.get("world_size") if isinstance(shape, dict) else None) or 1
+
+
+def load(run_dir: Path) -> ReferenceCurve:
+    """The run's curve, read line by line; MsmonError for an unreadable metrics.jsonl or one without a loss."""
+    ranks: dict[int, CurveBuilder] = {}
+    for record in read_records(run_dir / layout.METRICS):
+        rank = record.get("rank", 0)
+        values = {name: number for name in METRICS if (number := as_number(record.get(name))) is not None}
+        ranks.setdefault(rank if isinstance(rank, int) else 0, CurveBuilder()).add(record["step"], values)
+    rank = shown_rank(set(ranks), {r for r, builder in ranks.items() if builder.has("loss")})
+    config = read_run_config(run_dir)
+    batch = global_batch_size(config, _world_size(run_dir)) if config else None
+    return (ranks[rank] if rank is not None else CurveBuilder()).build(
+        run_dir, ReferenceKind.RUN, global_batch_size=batch,
+        missing_loss="its metrics.jsonl has no loss: track it (monitor_config.track_metrics) or pass another run")
