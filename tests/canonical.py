@@ -421,6 +421,20 @@ def failed_compile_mcore(work: Workspace) -> dict[str, Any]:
     return _failed_compile(work, "mcore")
 
 
+def reference_seed1_legacy(work: Workspace) -> dict[str, Any]:
+    """The legacy quickstart with ``seed: 1``, 200 steps, every step logged (file backend), and mindformers' own
+    ``tensorboard:`` section writing into ``<workspace>/tb`` (``rank_0`` below it): one training read as a reference
+    three ways (its run directory, its info.log, its TensorBoard directory); the band tests reuse it."""
+    steps, interval = 200, 1
+    tensorboard = work.base / "tb"
+    config = work.config("legacy", steps, log_interval=interval, monitor_type=["file"],
+                         track_metrics=["loss", "grad_norm", "learning_rate", "global_step", "step_time_ms"],
+                         overrides={"seed": 1, "tensorboard": {"tensorboard_dir": str(tensorboard)}})
+    run = work.start("run", str(config), "--plain")
+    run.finish()
+    return work.result(run, "legacy", steps, interval, tensorboard=str(tensorboard))
+
+
 CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "completed_legacy": completed_legacy,
     "completed_mcore": completed_mcore,
@@ -433,6 +447,7 @@ CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "lr_50_mcore": lr_50_mcore,
     "failed_compile_legacy": failed_compile_legacy,
     "failed_compile_mcore": failed_compile_mcore,
+    "reference_seed1_legacy": reference_seed1_legacy,
 }
 
 

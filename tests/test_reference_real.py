@@ -1,0 +1,52 @@
+"""One real training read as a reference three ways (tests/canonical.py ``reference_seed1_legacy``): its msmon run
+directory, mindformers' own info.log of that run and the TensorBoard directory mindformers wrote (its
+``tensorboard:`` section). The three curves are the same at every one of the 200 steps.
+
+Tolerances, from how each source writes a number: msmon records the train step's float32 outputs as floats;
+TensorBoard stores float32 (``simple_value``): equal. mindformers' log prints the loss with 6 decimals
+(``loss:[%5.6f/...]``): within half a unit of the 6th decimal, 5e-7. It prints the global norm and the learning rate
+as numpy prints a float32 (the shortest digits that read back as the same float32, at most 8 decimals): equal as
+float32, or within 5e-9 where 8 decimals are fewer digits than float32 holds (values below 0.1)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from msmon.reference import ReferenceKind, load_reference
+
+LOSS_DECIMALS = 6  # MFLossMonitor: f"{loss:5.6f}"
+LOG_LOSS_TOLERANCE = 0.5 * 10.0**-LOSS_DECIMALS
+EIGHT_DECIMALS = 0.5 * 10.0**-8  # numpy's default print precision
+
+
+def _float32_close(printed: float, recorded: float) -> bool:
+    return bool(np.float32(printed) == np.float32(recorded)) or abs(printed - recorded) <= EIGHT_DECIMALS
+
+
+def test_the_run_its_mindformers_log_and_its_tensorboard_are_one_curve(canonical) -> None:
+    run = canonical("reference_seed1_legacy")
+    assert run.code == 0, run.output[-2000:]
+    log_dir = run.run_dir / "logs" / "output" / "log" / "rank_0"
+    own = load_reference(run.run_dir)
+    log = load_reference(log_dir)  # the rank directory: its info.log is found
+    board = load_reference(Path(run.extra["tensorboard"]))
+    assert (own.kind, log.kind, board.kind) == (ReferenceKind.RUN, ReferenceKind.MINDFORMERS_LOG,
+                                                ReferenceKind.TENSORBOARD)
+    assert list(own.steps) == list(log.steps) == list(board.steps) == list(range(1, 201))
+    assert own.global_batch_size == log.global_batch_size == board.global_batch_size == 2
+    for name in ("loss", "grad_norm", "learning_rate"):
+        assert all(math.isfinite(v) for v in own.metric(name)), name
+
+    assert list(board.metric("loss")) == list(own.metric("loss"))
+    assert list(board.metric("grad_norm")) == list(own.metric("grad_norm"))
+    assert list(board.metric("learning_rate")) == list(own.metric("learning_rate"))
+
+    worst = max(abs(a - b) for a, b in zip(log.metric("loss"), own.metric("loss"), strict=True))
+    assert worst <= LOG_LOSS_TOLERANCE + 1e-12, worst
+    for name in ("grad_norm", "learning_rate"):
+        pairs = list(zip(log.metric(name), own.metric(name), strict=True))
+        assert all(_float32_close(printed, recorded) for printed, recorded in pairs), name
+    assert all(a >= 0 for a in log.metric("step_time_ms"))  # whole ms as printed; msmon times its own interval
