@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "reference": FOUNDATION | {"config", "reference"},
     "engine": FOUNDATION | {"config", "engine"},
     "health": FOUNDATION | {"config", "reference", "health"},
-    "validate": FOUNDATION | {"config", "validate"},
+    "validate": FOUNDATION | {"config", "reference", "validate"},
     "ops": FOUNDATION | {"config", "reference", "validate", "ops"},
     "view": FOUNDATION | {"config", "reference", "view"},
     "runner": FOUNDATION | {"config", "reference", "engine", "health", "validate", "ops", "view", "runner"},

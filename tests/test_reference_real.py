@@ -50,3 +50,4 @@ def test_the_run_its_mindformers_log_and_its_tensorboard_are_one_curve(canonical
         pairs = list(zip(log.metric(name), own.metric(name), strict=True))
         assert all(_float32_close(printed, recorded) for printed, recorded in pairs), name
     assert all(a >= 0 for a in log.metric("step_time_ms"))  # whole ms as printed; msmon times its own interval
+

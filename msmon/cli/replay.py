@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -26,6 +27,8 @@ def replay(
     config: str = typer.Option(
         None, "--config", help="Use this YAML's monitor_config.health and lr_schedule (to tune thresholds)."
     ),
+    reference: list[Path] = typer.Option([], "--reference", help="Judge the run against this earlier run too "
+                                         "(repeatable; default: the references the run was compared with live)."),
 ) -> None:
     """Run the health detectors over a recorded run and print the alerts in step order, with where each
     ``action: rollback`` would have rolled the run back (exit 0; 1 bad input)."""
@@ -35,7 +38,7 @@ def replay(
     from msmon.util.numbers import json_safe
 
     settings, training = _tuning(config) if config else (None, None)
-    alerts, count, forecasts = run_replay(path, settings, training)
+    alerts, count, forecasts = run_replay(path, settings, training, [str(p) for p in reference])
     rollbacks = {(forecast.alert_step, forecast.detector): forecast for forecast in forecasts}
     if as_json:
         entries = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -29,6 +30,13 @@ def split_command(args: list[str]) -> tuple[list[str], list[str] | None]:
         return args, None
     cut = args.index("--")
     return args[:cut], args[cut + 1:]
+
+
+def reference_overrides(paths: list[Path]) -> list[str]:
+    """``--reference`` as the override of ``monitor_config.reference.runs`` (absolute paths, the ranks' view)."""
+    if not paths:
+        return []
+    return ["monitor_config.reference.runs=[" + ",".join(json.dumps(str(p.absolute())) for p in paths) + "]"]
 
 
 def register(app: typer.Typer) -> None:
@@ -73,6 +81,9 @@ def run(
                                      "with stall action stop) from its latest checkpoint, up to N times."),
     restart_backoff: float = typer.Option(10.0, "--restart-backoff", min=0.0, help="Seconds before the first "
                                           "restart (doubled at each one, at most 300)."),
+    reference: list[Path] = typer.Option([], "--reference", help="An earlier run this run must follow (repeatable; "
+                                         "monitor_config.reference.runs): an msmon run directory, a mindformers "
+                                         "info.log, a TensorBoard directory or a CSV / JSON Lines file."),
 ) -> None:
     """Train with the real mindformers Trainer, monitored; exit 0 ok, 1 invalid, 3 failed, 4 stopped by monitor,
     130/143 interrupted. --resume continues the run from its latest complete checkpoint.
@@ -89,7 +100,8 @@ def run(
     if flags.register_path is not None:  # as run_mindformer.py does: every process started from here sees it
         os.environ["REGISTER_PATH"] = str(Path(flags.register_path).absolute())
     request = RunRequest(
-        config=config, overrides=[*plain_overrides, *flags.overrides], board=board, port=port, keep_board=keep_board,
+        config=config, overrides=[*plain_overrides, *flags.overrides, *reference_overrides(reference)], board=board,
+        port=port, keep_board=keep_board,
         resume=resume, worker_num=worker_num, local_worker_num=local_worker_num, master_addr=master_addr,
         master_port=master_port, node_rank=node_rank, msrun_args=list(msrun_arg), max_restarts=max_restarts,
         restart_backoff_s=restart_backoff, command=["msmon", *sys.argv[1:]],

@@ -66,6 +66,25 @@ class FlatStartSettings(DetectorSettings):
 
 
 @dataclass(frozen=True)
+class ReferenceDriftSettings(DetectorSettings):
+    """alert when the run leaves the band of its reference runs (monitor_config.reference): which metric, the first
+    step it parted, by how much"""
+
+    metrics: list[str] = doc(["loss", "grad_norm"], "metrics compared with the references (positive ones: their log)")
+    smooth_steps: int = doc(10, "a metric's level: the median of its logs over this many steps (run and references)",
+                            at_least=1)
+    spread_factor: float = doc(4.0, "the band: the references' centre +- this x their half-range ...", above=0.0)
+    span_steps: int = doc(100, "... the largest half-range within this many steps either side ...", at_least=0)
+    tolerance: float = doc(0.05, "... and never narrower than this fraction (the band of a single reference)",
+                           above=0.0)
+    patience: int = doc(3, "consecutive logs outside the band before the alert", at_least=1)
+    align: Literal["auto", "step", "samples"] = doc(
+        "auto", "match steps by step, or by consumed samples (auto: samples when both global batch sizes are known "
+        "and differ)"
+    )
+
+
+@dataclass(frozen=True)
 class LossSpikeSettings(RecoverableDetectorSettings):
     """detect loss spikes against the recent level; spiking values never enter it"""
 
@@ -235,6 +254,7 @@ class HealthSettings:
     chance_level: ChanceLevelSettings = field(default_factory=ChanceLevelSettings)
     grad_norm_bound: GradNormBoundSettings = field(default_factory=GradNormBoundSettings)
     flat_start: FlatStartSettings = field(default_factory=FlatStartSettings)
+    reference_drift: ReferenceDriftSettings = field(default_factory=ReferenceDriftSettings)
     loss_spike: LossSpikeSettings = field(default_factory=LossSpikeSettings)
     grad_explosion: GradExplosionSettings = field(default_factory=GradExplosionSettings)
     dead_series: DeadSeriesSettings = field(default_factory=DeadSeriesSettings)

@@ -65,6 +65,16 @@ class FlightRecorderOptions:
 
 
 @dataclass(frozen=True)
+class ReferenceOptions:
+    runs: list[str] = doc(
+        [], "earlier runs this run must follow (health.reference_drift): msmon run directories, mindformers' info.log "
+        "(or its rank_N directory), TensorBoard event directories, CSV / JSON Lines files with a step column", "MS813"
+    )
+    tags: list[str] = doc([], "metric=tag pairs where a TensorBoard tag or a table column is not the default name "
+                          "(loss='lm loss')", "MS813")
+
+
+@dataclass(frozen=True)
 class MonitorSettings:
     """msmon's resolved ``monitor_config``: every key has a documented default."""
 
@@ -94,6 +104,7 @@ class MonitorSettings:
     )
     flight_recorder: FlightRecorderOptions = field(default_factory=FlightRecorderOptions)
     health: HealthSettings = field(default_factory=HealthSettings)
+    reference: ReferenceOptions = field(default_factory=ReferenceOptions)
 
     def run_dir(self) -> Path:
         """``<save_dir>/<project_name>/<run_name>`` (run_name must be resolved first)."""

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.compat.parallel import global_batch_size
 from msmon.health.monitor import HealthMonitor, Sink
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
 from msmon.listener import Listener
+from msmon.reference.band import reference_band
 
 __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 
@@ -83,9 +85,12 @@ def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str
     if not health.enabled:
         return HealthHandle(None)
     recorder = getattr(session, "flight_recorder", None)  # the window before each alert, written to context/
+    reference = settings.reference  # loaded here, in the rank, before its first step (validate checked the kinds)
+    batch = global_batch_size(config, getattr(session, "world_size", 1)) if config else None
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
                             request_stop=getattr(session, "request_stop", None),
-                            context=recorder.dump if recorder is not None else None, stall=stall)
+                            context=recorder.dump if recorder is not None else None, stall=stall,
+                            reference=reference_band(reference.runs, reference.tags, health.reference_drift, batch))
     attempt = getattr(session, "attempt", None)  # a resumed attempt: the detectors start warm
     if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
         from msmon.health.replay import history

@@ -16,6 +16,7 @@ from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.groups import GroupNorms
+from msmon.reference.band import ReferenceBand
 from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
@@ -52,9 +53,10 @@ class HealthMonitor:
         request_stop: Callable[[StopRequest], None] | None = None,
         context: Callable[[int, str], str | None] | None = None,
         stall: bool = True,
+        reference: ReferenceBand | None = None,
     ) -> None:
         self.settings = settings
-        detectors = build_detectors(settings, config)
+        detectors = build_detectors(settings, config, reference)
         # stall false: another process owns the stall judgement (the parent `msmon run`), which this monitor's gap
         # check between records would repeat for the same hang
         self.detectors: list[Detector] = [d for d in detectors if stall or not isinstance(d, StallDetector)]

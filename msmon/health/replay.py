@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +20,8 @@ from msmon.health.monitor import HealthMonitor
 from msmon.health.rank_costs import RankCosts, RankReport
 from msmon.health.rollback_forecast import Forecast, forecast
 from msmon.records import check_record, read_records
+from msmon.reference.band import reference_band
+from msmon.reference.sources.run_dir import run_global_batch
 from msmon.step_cost import StepCost, read_costs
 from msmon.util.jsonfiles import read_json_object, read_jsonl
 
@@ -92,22 +94,36 @@ def health_settings(section: Any, where: str) -> HealthSettings:
     return settings
 
 
-def run_dir_inputs(run_dir: Path) -> tuple[Path, HealthSettings, dict[str, Any], int | None]:
-    """(metrics file, the run's health settings, its training config, total steps) of a run directory."""
+class RunInputs(NamedTuple):
+    """What a run directory's replay reads: its records file, health settings, training config, total steps and the
+    reference runs it was compared with (``monitor_config.reference``)."""
+
+    metrics: Path
+    settings: HealthSettings
+    config: dict[str, Any]
+    total: int | None
+    reference: tuple[list[str], list[str]]  # (runs, tags)
+
+
+def run_dir_inputs(run_dir: Path) -> RunInputs:
+    """The replay inputs of a run directory (``RunInputs``)."""
     metrics = run_dir / layout.METRICS
     if not metrics.is_file():
         raise MsmonError(f"{run_dir}: no metrics.jsonl in this directory", "pass a run directory of msmon run")
     resolved = _yaml(run_dir / layout.RESOLVED_MONITOR)
-    section = resolved.get("monitor_config", resolved)
-    section = section.get("health") if isinstance(section, dict) else None
+    monitor = resolved.get("monitor_config", resolved)
+    section = monitor.get("health") if isinstance(monitor, dict) else None
     settings = health_settings(section, str(run_dir / layout.RESOLVED_MONITOR))
+    own = monitor.get("reference") if isinstance(monitor, dict) else None
+    own = own if isinstance(own, dict) else {}
     config = read_run_config(run_dir) or _training_config(run_dir / layout.CONFIG_SNAPSHOT)  # the live run's own
     total = None
     try:
         total = read_json_object(run_dir / layout.RUN_JSON).get("total_steps")
     except (OSError, ValueError):
         pass
-    return metrics, settings, config, total if isinstance(total, int) else None
+    return RunInputs(metrics, settings, config, total if isinstance(total, int) else None,
+                     (list(own.get("runs") or []), list(own.get("tags") or [])))
 
 
 class Replayed(NamedTuple):
@@ -120,25 +136,33 @@ class Replayed(NamedTuple):
 
 
 def replay(
-    path: str | Path, settings: HealthSettings | None = None, config: Mapping[str, Any] | None = None
+    path: str | Path, settings: HealthSettings | None = None, config: Mapping[str, Any] | None = None,
+    reference: Sequence[str] = (),
 ) -> Replayed:
     """The alerts, records read and rollback forecasts of a run directory or JSON Lines file.
 
-    ``settings`` / ``config`` override the run directory's own (to tune thresholds, to try ``action: rollback``).
+    ``settings`` / ``config`` override the run directory's own (to tune thresholds, to try ``action: rollback``);
+    ``reference`` (runs, as ``monitor_config.reference.runs``) the references it was compared with live.
     """
     source = Path(path)
     total = None
     boundaries: list[int] = []
+    runs, tags = list(reference), list[str]()
     if os.path.isdir(source):  # os.path: False for a name too long
         boundaries = resume_steps(source)
-        metrics, own_settings, own_config, total = run_dir_inputs(source)
-        settings = settings or own_settings
-        config = config if config is not None else own_config
+        inputs = run_dir_inputs(source)
+        metrics, total = inputs.metrics, inputs.total
+        settings = settings or inputs.settings
+        config = config if config is not None else inputs.config
+        runs, tags = (runs, tags) if runs else inputs.reference
     elif os.path.exists(source):
         metrics = source
     else:
         raise MsmonError(f"{source}: no such file or directory", "pass a run directory or a JSON Lines file")
-    monitor = HealthMonitor(settings or HealthSettings(), config)
+    settings = settings or HealthSettings()
+    batch = run_global_batch(source) if source.is_dir() else None
+    band = reference_band(runs, tags, settings.reference_drift, batch)
+    monitor = HealthMonitor(settings, config, reference=band)
     monitor.set_total_steps(total)
     count = 0
     previous: int | None = None

@@ -43,12 +43,19 @@ def _detected(path: Path) -> tuple[ReferenceKind, Path]:
     raise MsmonError(f"{path}: not a reference source (no MFLossMonitor step line, not a table)", f"pass {KNOWN}")
 
 
+def reference_kind(path: Path) -> ReferenceKind:
+    """Which kind of source ``path`` is (cheap: nothing is read beyond what tells the kind); MsmonError naming the
+    file and the fix when it is none."""
+    if not os.path.exists(path):  # os.path: False for a name too long
+        raise MsmonError(f"{path}: no such file or directory", f"pass {KNOWN}")
+    return _detected(Path(path))[0]
+
+
 def load_reference(path: Path, tags: Mapping[str, str] | None = None) -> ReferenceCurve:
     """The reference curve of ``path`` (its kind detected); ``tags`` (msmon metric -> TensorBoard tag or table
     column) overrides the default names. MsmonError, one line naming the file and the fix, for anything else."""
     path = Path(path)
-    if not os.path.exists(path):  # os.path: False for a name too long
-        raise MsmonError(f"{path}: no such file or directory", f"pass {KNOWN}")
+    reference_kind(path)
     kind, source = _detected(path)
     if kind is ReferenceKind.RUN:
         return run_dir.load(source)

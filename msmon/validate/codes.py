@@ -92,6 +92,9 @@ CODES: dict[str, str] = {
              "checkpoint would lie before a typical onset), or health.rollback.max_rollbacks is 0",
     "MS812": "warning: health.rollback.skip_steps is a large share of the data: a rollback near its end skips to "
              "the end, and one whose bad window reaches the end leaves nothing to train",
+    "MS813": "monitor_config.reference: a run that is no reference source msmon reads (no such path, or not an msmon "
+             "run directory, mindformers log, TensorBoard directory or CSV / JSON Lines table), or a tag not "
+             "metric=tag",
     "MS901": "doctor, warning: Python is not 3.11",
     "MS902": "doctor: MindSpore or mindformers is not installed (`msmon run` stops on it)",
     "MS903": "doctor: this mindformers release imports an unpublished package that is missing (`msmon run` stops)",

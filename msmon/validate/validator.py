@@ -32,6 +32,7 @@ from msmon.validate.metrics import check_metrics
 from msmon.validate.mf_equivalents import check_duplicates
 from msmon.validate.mf_monitoring import check_mindformers_monitoring
 from msmon.validate.names import check_names, model_name, needs_generated_name
+from msmon.validate.reference import check_reference
 from msmon.validate.registry import check_registry
 from msmon.validate.rollback import check_rollback
 from msmon.validate.save_dir import check_save_dir
@@ -41,7 +42,7 @@ from msmon.validate.top_level import check_job_keys
 CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
     check_registry, check_job_keys, check_job_types, check_job_numbers, check_health, check_rollback,
-    check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates, check_launch,
+    check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates, check_launch, check_reference,
 )
 MAX_UNRESOLVED = 100
 MSMON_KEYS = frozenset(MonitorSettings.__dataclass_fields__)

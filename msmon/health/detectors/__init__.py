@@ -19,8 +19,10 @@ from msmon.health.detectors.grad_norm_bound import GradNormBoundDetector
 from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.loss_spike import LossSpikeDetector
 from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.detectors.reference_drift import ReferenceDriftDetector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.detectors.throughput_drop import ThroughputDropDetector
+from msmon.reference.band import ReferenceBand
 from msmon.util.numbers import positive_int
 
 
@@ -46,8 +48,10 @@ def vocab_size(config: Mapping[str, Any] | None, given: int | None = None) -> in
     return positive_int(value)
 
 
-def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None) -> list[Detector]:
-    """The enabled detectors in a fixed order (the same list live and in replay)."""
+def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None,
+                    reference: ReferenceBand | None = None) -> list[Detector]:
+    """The enabled detectors in a fixed order (the same list live and in replay); ``reference_drift`` with a
+    reference band only."""
     schedule = schedule_from_config(config, settings.learning_rate)
     grad, chance = settings.grad_explosion, settings.chance_level
     vocab = vocab_size(config, chance.vocab_size)
@@ -64,4 +68,7 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
         (settings.throughput_drop.enabled, lambda: ThroughputDropDetector(settings.throughput_drop)),
         (settings.stall.enabled, lambda: StallDetector(settings.stall, slow_step_intervals(config))),
     ]
-    return [make() for enabled, make in candidates if enabled]
+    detectors: list[Detector] = [make() for enabled, make in candidates if enabled]
+    if reference is not None and settings.reference_drift.enabled:
+        detectors.append(ReferenceDriftDetector(settings.reference_drift, reference))
+    return detectors

@@ -28,6 +28,12 @@ def _world_size(run_dir: Path) -> int:
     return positive_int(shape.get("world_size") if isinstance(shape, dict) else None) or 1
 
 
+def run_global_batch(run_dir: Path) -> int | None:
+    """The samples one step of the run took over every rank (its config and world size), None when unknown."""
+    config = read_run_config(run_dir)
+    return global_batch_size(config, _world_size(run_dir)) if config else None
+
+
 def load(run_dir: Path) -> ReferenceCurve:
     """The run's curve, read line by line; MsmonError for an unreadable metrics.jsonl or one without a loss."""
     ranks: dict[int, CurveBuilder] = {}
@@ -36,8 +42,6 @@ def load(run_dir: Path) -> ReferenceCurve:
         values = {name: number for name in METRICS if (number := as_number(record.get(name))) is not None}
         ranks.setdefault(rank if isinstance(rank, int) else 0, CurveBuilder()).add(record["step"], values)
     rank = shown_rank(set(ranks), {r for r, builder in ranks.items() if builder.has("loss")})
-    config = read_run_config(run_dir)
-    batch = global_batch_size(config, _world_size(run_dir)) if config else None
     return (ranks[rank] if rank is not None else CurveBuilder()).build(
-        run_dir, ReferenceKind.RUN, global_batch_size=batch,
+        run_dir, ReferenceKind.RUN, global_batch_size=run_global_batch(run_dir),
         missing_loss="its metrics.jsonl has no loss: track it (monitor_config.track_metrics) or pass another run")

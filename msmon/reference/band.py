@@ -1,0 +1,166 @@
+"""The band a run must stay in: its reference runs' curves, each smoothed, their centre and their spread by step.
+
+Positive metrics (loss, grad norm) are compared as logs: a band a fixed fraction wide at every scale. The spread is
+what the references themselves disagree by (runs of different seeds), widened to the largest disagreement nearby so
+that a moment where two curves happen to cross is no narrow point, and never narrower than the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from msmon.config.health import ReferenceDriftSettings
+from msmon.errors import MsmonError
+from msmon.reference.curve import ReferenceCurve
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a run's level lies against the band at one step (all in the metric's own units)."""
+
+    level: float
+    center: float
+    low: float
+    high: float
+
+    @property
+    def outside(self) -> bool:
+        return not self.low <= self.level <= self.high
+
+    def deviation(self) -> float:
+        """The level against the centre, as a fraction (+0.25: 25% above)."""
+        return self.level / self.center - 1.0
+
+
+@dataclass(frozen=True)
+class MetricBand:
+    """One metric's band on the references' common steps: centre and half-width of the smoothed logs."""
+
+    metric: str
+    steps: np.ndarray
+    center: np.ndarray
+    half_width: np.ndarray
+
+    def at(self, step: float, level: float) -> Position | None:
+        """``level`` (the run's smoothed value, > 0) against the band at ``step``; None outside the references."""
+        import numpy as np
+
+        if not self.steps[0] <= step <= self.steps[-1]:
+            return None
+        center = float(np.interp(step, self.steps, self.center))
+        half = float(np.interp(step, self.steps, self.half_width))
+        return Position(level, math.exp(center), math.exp(center - half), math.exp(center + half))
+
+
+@dataclass(frozen=True)
+class ReferenceBand:
+    """The band of every compared metric, and how this run's steps map onto the references' (``step_scale``:
+    reference steps per run step; 1 when aligned by step)."""
+
+    sources: tuple[str, ...]
+    bands: Mapping[str, MetricBand]
+    step_scale: float = 1.0
+
+    def at(self, metric: str, step: int, level: float) -> Position | None:
+        band = self.bands.get(metric)
+        return band.at(step * self.step_scale, level) if band is not None else None
+
+    def describe(self) -> str:
+        """``2 reference runs (a, b)``: for messages."""
+        count = len(self.sources)
+        return f"{count} reference run{'s' if count != 1 else ''} ({', '.join(self.sources)})"
+
+
+def step_scale(settings: ReferenceDriftSettings, curves: Sequence[ReferenceCurve], run_batch: int | None) -> float:
+    """Reference steps per run step: by consumed samples when asked (or, with ``auto``, when the global batch sizes
+    are known and differ), else by step."""
+    batches = {c.global_batch_size for c in curves}
+    ref_batch = next(iter(batches)) if len(batches) == 1 else None
+    if settings.align == "step":
+        return 1.0
+    if ref_batch is None or run_batch is None:
+        if settings.align == "samples":
+            raise MsmonError("health.reference_drift.align is samples, but the global batch size of the run or of "
+                             "a reference is unknown (or the references differ)",
+                             "set align: step, or compare runs whose configs state their batch sizes")
+        return 1.0
+    return run_batch / ref_batch
+
+
+def smoothed_logs(steps: np.ndarray, values: np.ndarray, smooth_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The finite positive values' logs, each the median of the logs over the last ``smooth_steps`` steps (the
+    window counted in logs at the curve's typical interval)."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    keep = np.isfinite(values) & (values > 0)
+    steps, logs = steps[keep], np.log(values[keep])
+    if len(steps) == 0:
+        return steps, logs
+    interval = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+    width = max(1, min(len(logs), round(smooth_steps / max(interval, 1.0))))
+    padded = np.concatenate([np.full(width - 1, np.nan), logs])
+    return steps, np.nanmedian(sliding_window_view(padded, width), axis=1)
+
+
+def build_band(curves: Sequence[ReferenceCurve], settings: ReferenceDriftSettings,
+               run_batch: int | None = None) -> ReferenceBand:
+    """The band of ``settings.metrics`` that every reference has; MsmonError when they share none."""
+    import numpy as np
+    from scipy.ndimage import maximum_filter1d
+
+    bands: dict[str, MetricBand] = {}
+    for metric in settings.metrics:
+        if not all(metric in curve.series for curve in curves):
+            continue
+        smoothed = [smoothed_logs(np.asarray(c.steps, dtype=float), np.asarray(c.series[metric], dtype=float),
+                                  settings.smooth_steps) for c in curves]
+        if any(len(steps) == 0 for steps, _ in smoothed):
+            continue
+        first, last = max(s[0] for s, _ in smoothed), min(s[-1] for s, _ in smoothed)
+        grid = smoothed[0][0][(smoothed[0][0] >= first) & (smoothed[0][0] <= last)]
+        if len(grid) == 0:
+            continue
+        logs = np.stack([np.interp(grid, steps, values) for steps, values in smoothed])
+        half_range = (logs.max(axis=0) - logs.min(axis=0)) / 2
+        interval = float(np.median(np.diff(grid))) if len(grid) > 1 else 1.0
+        reach = int(round(settings.span_steps / max(interval, 1.0)))
+        spread = maximum_filter1d(half_range, size=2 * reach + 1, mode="nearest")
+        half = np.maximum(settings.spread_factor * spread, math.log1p(settings.tolerance))
+        bands[metric] = MetricBand(metric, grid, logs.mean(axis=0), half)
+    if not bands:
+        names = ", ".join(str(c.source) for c in curves)
+        raise MsmonError(f"the reference runs ({names}) share none of health.reference_drift.metrics "
+                         f"({', '.join(settings.metrics)}) over a common range of steps",
+                         "name references that log these metrics, or set health.reference_drift.metrics")
+    return ReferenceBand(tuple(c.source.name for c in curves), bands, step_scale(settings, curves, run_batch))
+
+
+def parse_tags(pairs: Sequence[str]) -> dict[str, str]:
+    """``monitor_config.reference.tags`` (``metric=tag`` pairs) as a mapping; MsmonError for a pair without ``=``."""
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        metric, sep, tag = pair.partition("=")
+        if not sep or not metric.strip() or not tag.strip():
+            raise MsmonError(f"monitor_config.reference.tags: {pair!r} is not metric=tag",
+                             "write e.g. loss=lm loss (msmon's metric name, then the tag or column)")
+        tags[metric.strip()] = tag.strip()
+    return tags
+
+
+def reference_band(runs: Sequence[str], tags: Sequence[str], settings: ReferenceDriftSettings,
+                   run_batch: int | None = None) -> ReferenceBand | None:
+    """The band of the named references (None when there are none): each loaded, then ``build_band``."""
+    from msmon.reference.load import load_reference
+
+    if not runs:
+        return None
+    names = parse_tags(tags)
+    return build_band([load_reference(Path(run), names) for run in runs], settings, run_batch)

@@ -1,0 +1,94 @@
+"""The reference band and the reference_drift detector: tables written here (logic), then real runs replayed
+against real references (`msmon replay RUN --reference REF`), and validate's MS813."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from msmon.config.health import HealthSettings, ReferenceDriftSettings
+from msmon.errors import MsmonError
+from msmon.health.monitor import HealthMonitor
+from msmon.reference.band import build_band, parse_tags, reference_band
+from msmon.reference.load import load_reference
+
+
+def curve(level: float, steps: int = 300, wobble: float = 0.02, seed: float = 0.0) -> list[dict]:
+    """A falling loss (4 -> ~1.5) and a grad norm near 1, with batch noise of its own phase per 'seed'."""
+    return [{"step": s, "loss": level * (1.5 + 2.5 * math.exp(-s / 60)) * (1 + wobble * math.sin(0.9 * s + seed)),
+             "grad_norm": 1.0 + 0.1 * math.sin(0.3 * s + seed)} for s in range(1, steps + 1)]
+
+
+def table(tmp_path: Path, name: str, rows: list[dict]) -> Path:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def drift(records: list[dict], references: list[Path], **settings) -> list:
+    drift_settings = ReferenceDriftSettings(**settings)
+    band = reference_band([str(p) for p in references], [], drift_settings)
+    monitor = HealthMonitor(HealthSettings(reference_drift=drift_settings), None, reference=band)
+    for record in records:
+        monitor.observe({**record, "time": 1000.0 * record["step"]})
+    return [a for a in monitor.alerts if a.detector == "reference_drift"]
+
+
+def test_a_run_inside_its_references_band_raises_nothing_and_one_that_parts_is_named(tmp_path):
+    refs = [table(tmp_path, "a", curve(1.0, seed=0.0)), table(tmp_path, "b", curve(1.03, seed=1.0))]
+    assert drift(curve(1.01, seed=2.0), refs) == []  # a third 'seed' between and around them
+    parted = curve(1.01, seed=2.0)
+    for record in parted[149:]:
+        record["loss"] *= 1.4  # the recipe changed at step 150: 40% higher from there
+    found = drift(parted, refs)
+    # the level is the median of the last 10 steps: outside once most of them are, 3 logs later the alert
+    assert [(a.values["metric"], a.onset_step, a.step) for a in found] == [("loss", 154, 156)]
+    assert "loss left the reference band at step 154" in found[0].message and "+" in found[0].message
+    assert "2 reference runs (a.jsonl, b.jsonl)" in found[0].message
+
+
+def test_the_band_is_the_references_spread_and_never_narrower_than_the_tolerance(tmp_path):
+    one = [table(tmp_path, "a", curve(1.0))]
+    assert drift(curve(1.04), one) == []  # inside 5%
+    assert [a.onset_step for a in drift(curve(1.08), one)] == [1]  # 8% above a single reference: from step 1
+    assert drift(curve(1.08), one, tolerance=0.1) == []
+    band = build_band([load_reference(p) for p in one], ReferenceDriftSettings())
+    assert set(band.bands) == {"loss", "grad_norm"} and band.step_scale == 1.0
+    assert drift(curve(1.0, steps=400)[300:], one) == []  # beyond the references' last step: nothing to judge
+
+
+def test_a_reference_with_another_batch_size_is_aligned_by_consumed_samples(tmp_path):
+    """A reference at global batch 4 against a run at batch 2: the run's step 2s is the reference's step s."""
+    from msmon.reference.band import step_scale
+    from msmon.reference.curve import ReferenceCurve, ReferenceKind
+
+    ref = ReferenceCurve(Path("r"), ReferenceKind.TABLE, load_reference(table(tmp_path, "a", curve(1.0))).steps,
+                         {}, global_batch_size=4)
+    assert step_scale(ReferenceDriftSettings(), [ref], 2) == 0.5
+    assert step_scale(ReferenceDriftSettings(align="step"), [ref], 2) == 1.0
+    assert step_scale(ReferenceDriftSettings(), [ref], None) == 1.0
+    with pytest.raises(MsmonError, match="align is samples"):
+        step_scale(ReferenceDriftSettings(align="samples"), [ref], None)
+
+
+def test_tags_and_references_without_the_metrics_are_one_line_errors(tmp_path):
+    assert parse_tags(["loss=lm loss", " grad_norm = grad-norm "]) == {"loss": "lm loss", "grad_norm": "grad-norm"}
+    with pytest.raises(MsmonError, match="is not metric=tag"):
+        parse_tags(["loss"])
+    only_lr = table(tmp_path, "lr", [{"step": s, "loss": 1.0, "learning_rate": 1e-3} for s in range(1, 5)])
+    with pytest.raises(MsmonError, match="share none of health.reference_drift.metrics"):
+        build_band([load_reference(only_lr)], ReferenceDriftSettings(metrics=["grad_norm"]))
+
+
+def test_validate_names_a_reference_that_is_no_source(tmp_path):
+    from msmon.validate import validate_config
+
+    good = table(tmp_path, "a", curve(1.0))
+    result = validate_config(monitor_config={"monitor_type": "file", "run_name": "x1", "reference": {
+        "runs": [str(good), str(tmp_path / "nowhere")], "tags": ["loss"]}})
+    found = [(f.code, f.path) for f in result.findings if f.code == "MS813"]
+    assert found == [("MS813", "monitor_config.reference.runs[1]"), ("MS813", "monitor_config.reference.tags")]
+    assert all("nowhere: no such file" in f.message for f in result.findings if f.path.endswith("runs[1]"))
