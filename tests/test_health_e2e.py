@@ -90,10 +90,14 @@ def test_stop_action_ends_the_run_gracefully_with_exit_4(canonical):
     saved = [p.stem for p in run.run_dir.glob("logs/**/llama_rank_0-1_*") if p.suffix in (".ckpt", ".safetensors")]
     assert saved == [f"llama_rank_0-1_{info['last_step']}"]
     assert "HEALTH ALERT [critical]" in run.output and "run stopped_by_monitor" in run.output
+    # every alert reaches the webhook and the command hook: the absurd grad norm first (grad_norm_bound judges from
+    # step 1, its action alert), then the dead network's stop
     received = run.extra["webhook"]
-    assert [(a["step"], a["detector"], a["action"]) for a in received] == [(first["step"], "dead_series", "stop")]
+    expected = [(a["step"], a["detector"], a["action"]) for a in run.alerts()]
+    assert [(a["step"], a["detector"], a["action"]) for a in received] == expected
+    assert expected[-1] == (first["step"], "dead_series", "stop") and expected[0][1] == "grad_norm_bound"
     hooked = [json.loads(line) for line in Path(run.extra["command_hook"]).read_text().splitlines() if line]
-    assert [(a["step"], a["detector"]) for a in hooked] == [(first["step"], "dead_series")]
+    assert [(a["step"], a["detector"]) for a in hooked] == [(step, name) for step, name, _ in expected]
 
 
 @pytest.mark.parametrize("name", ["lr_50_legacy", "lr_50_mcore"])
