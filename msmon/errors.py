@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     TRAINING_FAILED = 3  # the training raised or a rank exited non-zero
     STOPPED_BY_MONITOR = 4  # a health detector with action `stop` ended the run gracefully
     BOARD_FAILED = 5  # the board could not be started or stopped
+    CURVES_PART = 6  # `msmon compare --assert`: the run leaves its reference (the first step and metric named)
     INTERRUPTED_SIGINT = 130
     INTERRUPTED_SIGTERM = 143
 

@@ -92,3 +92,27 @@ def test_validate_names_a_reference_that_is_no_source(tmp_path):
     found = [(f.code, f.path) for f in result.findings if f.code == "MS813"]
     assert found == [("MS813", "monitor_config.reference.runs[1]"), ("MS813", "monitor_config.reference.tags")]
     assert all("nowhere: no such file" in f.message for f in result.findings if f.path.endswith("runs[1]"))
+
+
+def test_the_first_exact_and_band_partings_name_the_metric_and_step(tmp_path):
+    from msmon.health.agreement import first_band_parting, first_exact_parting
+
+    base = curve(1.0)
+    same, changed = load_reference(table(tmp_path, "same", base)), [dict(r) for r in base]
+    changed[41]["grad_norm"] = math.nextafter(changed[41]["grad_norm"], 9.0)  # one bit at step 42
+    assert first_exact_parting(same, load_reference(table(tmp_path, "a", base))) == (None, 300)
+    found, common = first_exact_parting(load_reference(table(tmp_path, "b", changed)), same)
+    assert (found.metric, found.step, common) == ("grad_norm", 42, 300)
+    assert "grad_norm parts at step 42" in found.describe()
+    sparse = load_reference(table(tmp_path, "c", [r for r in base if r["step"] % 10 == 0]))
+    assert first_exact_parting(sparse, same) == (None, 30)  # the common logged steps only
+    with pytest.raises(MsmonError, match="share no logged step"):
+        first_exact_parting(load_reference(table(tmp_path, "d", curve(1.0, steps=5))),
+                            load_reference(table(tmp_path, "e", [{**r, "step": r["step"] + 100} for r in base])))
+    refs = [load_reference(table(tmp_path, "r1", curve(1.0, seed=0.0))),
+            load_reference(table(tmp_path, "r2", curve(1.03, seed=1.0)))]
+    assert first_band_parting(load_reference(table(tmp_path, "in", curve(1.01, seed=2.0))), refs,
+                              ReferenceDriftSettings()) is None
+    out = first_band_parting(load_reference(table(tmp_path, "out", curve(1.3, seed=2.0))), refs,
+                             ReferenceDriftSettings())
+    assert out is not None and (out.metric, out.step) == ("loss", 1) and out.low < out.expected < out.high < out.value

@@ -35,6 +35,7 @@ CLI_HEADER = """\
 | 3 | the training failed (an exception in training, or a rank exited non-zero) |
 | 4 | stopped by the monitor (a health detector with `action: stop`) |
 | 5 | the board could not be started or stopped |
+| 6 | `compare --assert`: the first run parts from the others (the step and metric named on stderr) |
 | 130 | interrupted by SIGINT (Ctrl-C) |
 | 143 | interrupted by SIGTERM |
 

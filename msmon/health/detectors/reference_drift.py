@@ -57,7 +57,7 @@ class ReferenceDriftDetector:
         recent.append((step, math.log(value)))
         while recent[0][0] <= step - self.settings.smooth_steps:
             recent.popleft()
-        return self.band.at(name, step, math.exp(statistics.median(v for _, v in recent)))
+        return self.band.at(name, step, math.exp(statistics.median([v for _, v in recent])))
 
     @staticmethod
     def _text(name: str, position: Position, since: int | None) -> str:
