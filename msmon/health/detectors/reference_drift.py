@@ -54,6 +54,8 @@ class ReferenceDriftDetector:
     def _position(self, name: str, step: int, recent: deque[tuple[int, float]], value: float | None) -> Position | None:
         if value is None or not math.isfinite(value) or value <= 0:  # a NaN is the nonfinite detector's
             return None
+        while recent and recent[-1][0] >= step:  # the steps went back (a restart from a checkpoint): theirs go
+            recent.pop()
         recent.append((step, math.log(value)))
         while recent[0][0] <= step - self.settings.smooth_steps:
             recent.popleft()
