@@ -5,6 +5,7 @@ is still running, and says how many real trainings it started."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -105,6 +106,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         f"msmon tests: {len(runs) + len(drivers)} real trainings started ({len(runs)} with the mindformers Trainer, "
         f"{distributed} of them on several ranks; {len(drivers)} plain MindSpore trainings); canonical runs built: "
         f"{canonical_runs} in {built:.0f} s, waited for: {waited:.0f} s")
+    by_file = trainings_by_file(root)
+    if by_file:
+        terminalreporter.write_line("msmon tests: trainings by file: " + ", ".join(
+            f"{name} {count}" for name, count in by_file.items()))
 
 
 def mindformers_trainings(root: Path) -> list[str]:
@@ -132,9 +137,11 @@ def _children() -> list:
 
 # -- every test ----------------------------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
-def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+                         ) -> Iterator[None]:
     """Every test: msmon's home in its tmp_path, none of the developer's variables that change msmon's behaviour,
-    and the process environment as it was afterwards (msmon's code under test may set variables, MLflow's)."""
+    and the process environment as it was afterwards (msmon's code under test may set variables, MLflow's); the
+    trainings it started in its tmp_path counted for its file (the session's summary)."""
     saved = dict(os.environ)
     monkeypatch.setenv("MSMON_HOME", str(tmp_path / "msmon_home"))
     for name in ("MSMON_DEBUG", "LOCAL_DEFAULT_PATH", "COLUMNS", "LINES"):
@@ -142,6 +149,26 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     yield
     os.environ.clear()
     os.environ.update(saved)
+    started = len(mindformers_trainings(tmp_path))
+    if started:
+        with (Path(os.environ[shared_session.SESSION_ENV]) / TRAININGS_BY_FILE).open("a") as handle:
+            handle.write(json.dumps({"file": request.node.path.name, "trainings": started}) + "\n")
+
+
+TRAININGS_BY_FILE = "trainings_by_file.jsonl"
+
+
+def trainings_by_file(root: Path) -> dict[str, int]:
+    """The mindformers trainings each test file started in its tests' own directories; the canonical runs apart."""
+    counts: dict[str, int] = {}
+    path = root / TRAININGS_BY_FILE
+    for line in path.read_text().splitlines() if path.exists() else []:
+        entry = json.loads(line)
+        counts[entry["file"]] = counts.get(entry["file"], 0) + entry["trainings"]
+    canonical_runs = len(mindformers_trainings(root / "canonical"))
+    if canonical_runs:
+        counts["(canonical runs)"] = canonical_runs
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 @pytest.fixture
