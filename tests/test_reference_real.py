@@ -84,3 +84,30 @@ def test_compare_assert_exact_holds_for_a_resumed_run_and_names_the_step_for_ano
                       cwd=tmp_path)
     assert other.code == 6 and "loss parts at step 10:" in other.stderr, other.stderr
     assert "Traceback" not in other.stderr
+
+
+def test_a_third_seed_stays_in_the_band_of_two_and_a_4x_learning_rate_leaves_it_live(canonical, tmp_path):
+    """The real Trainer with `msmon run --reference A --reference B`: the quickstart's recipe at seeds 0
+    (completed_legacy) and 1 (reference_seed1_legacy) draws the band; seed 3 of the same recipe stays inside (no
+    reference_drift alert); seed 3 at 4x the peak learning rate leaves it, and the alert names the metric and the
+    step it left (the grad norm, about half the references' from step ~80). Two trainings of their own: runs judged
+    live against canonical references."""
+    from conftest import run_msmon
+    from launch import records
+
+    reference = canonical("reference_seed1_legacy")
+    refs = [canonical("completed_legacy").run_dir, reference.run_dir]
+    found = {}
+    for name, extra in (("seed3", []), ("seed3_lr4x", ["lr_schedule.learning_rate=2.e-2"])):
+        args = ["run", str(reference.config), "--plain", "seed=3", f"monitor_config.run_name={name}",
+                f"monitor_config.save_dir={tmp_path / 'runs'}", f"tensorboard.tensorboard_dir={tmp_path / name}",
+                *extra, *[arg for ref in refs for arg in ("--reference", str(ref))]]
+        result = run_msmon(*args, cwd=reference.cwd, timeout=900)
+        assert result.code == 0, result.stderr[-2000:]
+        found[name] = [a for a in records(tmp_path / "runs" / "canonical" / name, "alerts.jsonl")
+                       if a["detector"] == "reference_drift"]
+    assert found["seed3"] == []
+    alert = found["seed3_lr4x"][0]
+    assert alert["values"]["metric"] == "grad_norm" and 40 <= alert["onset_step"] <= 150, alert
+    assert f"grad_norm left the reference band at step {alert['onset_step']}" in alert["message"]
+    assert "2 reference runs (completed_legacy, reference_seed1_legacy)" in alert["message"]
