@@ -85,7 +85,7 @@ def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str
     if not health.enabled:
         return HealthHandle(None)
     recorder = getattr(session, "flight_recorder", None)  # the window before each alert, written to context/
-    reference = settings.reference  # loaded here, in the rank, before its first step (validate checked the kinds)
+    reference = settings.reference  # loaded in the writing rank before its first step
     batch = global_batch_size(config, getattr(session, "world_size", 1)) if config else None
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
                             request_stop=getattr(session, "request_stop", None),
