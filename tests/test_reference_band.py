@@ -111,8 +111,8 @@ def test_the_first_exact_and_band_partings_name_the_metric_and_step(tmp_path):
                             load_reference(table(tmp_path, "e", [{**r, "step": r["step"] + 100} for r in base])))
     refs = [load_reference(table(tmp_path, "r1", curve(1.0, seed=0.0))),
             load_reference(table(tmp_path, "r2", curve(1.03, seed=1.0)))]
-    assert first_band_parting(load_reference(table(tmp_path, "in", curve(1.01, seed=2.0))), refs,
-                              ReferenceDriftSettings()) is None
-    out = first_band_parting(load_reference(table(tmp_path, "out", curve(1.3, seed=2.0))), refs,
-                             ReferenceDriftSettings())
+    settings = ReferenceDriftSettings()
+    band = build_band(refs, settings)
+    assert first_band_parting(load_reference(table(tmp_path, "in", curve(1.01, seed=2.0))), band, settings) is None
+    out = first_band_parting(load_reference(table(tmp_path, "out", curve(1.3, seed=2.0))), band, settings)
     assert out is not None and (out.metric, out.step) == ("loss", 1) and out.low < out.expected < out.high < out.value

@@ -12,6 +12,7 @@ from msmon.cli.common import handle_errors, stdout_console
 from msmon.cli.complete import run_dirs
 
 if TYPE_CHECKING:
+    from msmon.reference.parting import Verdict
     from msmon.view.compare import Comparison
 
 
@@ -54,7 +55,8 @@ def compare(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write an HTML comparison with overlaid plots."),
     png: Path | None = typer.Option(None, "--png", help="Also write the overlaid plots as PNG images here."),
     check: bool = typer.Option(False, "--assert", help="Exit 6 when the first run leaves the band of the others "
-                               "(health.reference_drift's defaults), naming the first step and metric; else 0."),
+                               "(health.reference_drift's defaults), naming the first step and metric; else 0. "
+                               "With --out the page draws the band and marks that step."),
     exact: bool = typer.Option(False, "--exact", help="With --assert: the curves must agree bit for bit at every "
                                "common logged step (loss, grad_norm, learning_rate)."),
     tolerance: float = typer.Option(None, "--tolerance", min=0.0, help="With --assert: the band is never narrower "
@@ -62,57 +64,39 @@ def compare(
 ) -> None:
     """Overlay runs' curves, show the config keys that differ (hyperparameters first), final and best loss.
     --assert judges the first run against the others (exit 0 agree, 6 parted)."""
+    verdict = None
     if check or exact:
-        _assert(runs, exact, tolerance)
-        return
+        from msmon.health.agreement import judge
+
+        verdict = judge([str(path) for path in runs], exact, tolerance)
+        print(f"compare: {verdict.line}", file=sys.stderr if verdict.parting is not None else sys.stdout)
+        if out is None and png is None:
+            _exit(verdict)
+            return
     from msmon.view.compare import compare_runs, write_compare
 
     comparison = compare_runs(list(runs))
     for note in comparison.notes:
         print(f"note: {note}", file=sys.stderr)
     if out is None:
-        _print_tables(comparison)
+        if verdict is None:
+            _print_tables(comparison)
     else:
-        print(f"compare: {write_compare(comparison, out)}")
+        print(f"compare: {write_compare(comparison, out, verdict)}")
     if png is not None:
         from msmon.view.png import write_pngs
 
         for path in write_pngs(comparison.runs, png):
             print(f"png: {path}")
+    _exit(verdict)
 
 
-def _assert(runs: list[Path], exact: bool, tolerance: float | None) -> None:
-    """``--assert``: the first run against the others; one line, exit 0 or 6."""
-    import dataclasses
+def _exit(verdict: Verdict | None) -> None:
+    """Exit 6 (``ExitCode.CURVES_PART``) when ``compare --assert`` found the curves part."""
+    if verdict is not None and verdict.parting is not None:
+        from msmon.errors import ExitCode
 
-    from msmon.config.health import ReferenceDriftSettings
-    from msmon.errors import ExitCode, MsmonError
-    from msmon.health.agreement import first_band_parting, first_exact_parting
-    from msmon.reference import load_reference
-
-    if len(runs) < 2:
-        raise MsmonError("compare --assert needs a run and at least one reference", "pass two or more runs")
-    run, *references = [load_reference(path) for path in runs]
-    if exact:
-        partings = [(ref, *first_exact_parting(run, ref)) for ref in references]
-        parted = next(((ref, found) for ref, found, _ in partings if found is not None), None)
-        if parted is None:
-            steps = min(common for _, _, common in partings)
-            print(f"compare: {runs[0]} equals {', '.join(map(str, runs[1:]))} bit for bit at every common logged "
-                  f"step ({steps})")
-            return
-        ref, found = parted
-        print(f"compare: {runs[0]} is not {ref.source} bit for bit: {found.describe()}", file=sys.stderr)
         raise typer.Exit(ExitCode.CURVES_PART)
-    settings = ReferenceDriftSettings()
-    settings = dataclasses.replace(settings, tolerance=tolerance) if tolerance is not None else settings
-    band_parting = first_band_parting(run, references, settings)
-    if band_parting is None:
-        print(f"compare: {runs[0]} stays inside the band of {', '.join(map(str, runs[1:]))}")
-        return
-    print(f"compare: {runs[0]} leaves the band of {', '.join(map(str, runs[1:]))}: {band_parting.describe()}",
-          file=sys.stderr)
-    raise typer.Exit(ExitCode.CURVES_PART)
 
 
 def register(app: typer.Typer) -> None:

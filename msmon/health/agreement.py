@@ -3,36 +3,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from pathlib import Path
 
 from msmon.config.health import ReferenceDriftSettings
 from msmon.errors import MsmonError
 from msmon.health.detectors.reference_drift import ReferenceDriftDetector
-from msmon.reference.band import build_band
+from msmon.reference.band import ReferenceBand, build_band
 from msmon.reference.curve import ReferenceCurve
-from msmon.util.numbers import fmt_number
+from msmon.reference.load import load_reference
+from msmon.reference.parting import Parting, Verdict
 
 EXACT_METRICS = ("loss", "grad_norm", "learning_rate")
-
-
-@dataclass(frozen=True)
-class Parting:
-    """The first step where a run leaves its reference: which metric, its value, the reference's (and the band's
-    edges when judged against a band)."""
-
-    metric: str
-    step: int
-    value: float
-    expected: float
-    low: float | None = None
-    high: float | None = None
-
-    def describe(self) -> str:
-        band = f" (band {fmt_number(self.low, 6)}-{fmt_number(self.high, 6)})" if self.low is not None else ""
-        return (f"{self.metric} parts at step {self.step}: {fmt_number(self.value, 8)} against "
-                f"{fmt_number(self.expected, 8)}{band}")
 
 
 def _same(a: float, b: float) -> bool:
@@ -56,11 +40,10 @@ def first_exact_parting(run: ReferenceCurve, reference: ReferenceCurve) -> tuple
     return None, len(common)
 
 
-def first_band_parting(run: ReferenceCurve, references: Sequence[ReferenceCurve],
-                       settings: ReferenceDriftSettings) -> Parting | None:
-    """The first step where ``run`` leaves the band of ``references`` as the live detector judges it (its first
-    alert's metric and onset), or None."""
-    detector = ReferenceDriftDetector(settings, build_band(references, settings, run.global_batch_size))
+def first_band_parting(run: ReferenceCurve, band: ReferenceBand, settings: ReferenceDriftSettings) -> Parting | None:
+    """The first step where ``run`` leaves ``band`` as the live detector judges it (its first alert's metric and
+    onset), or None."""
+    detector = ReferenceDriftDetector(settings, band)
     for i, step in enumerate(run.steps):
         signal = detector.observe({"step": step, **{m: values[i] for m, values in run.series.items()}})
         if signal is not None:
@@ -69,3 +52,27 @@ def first_band_parting(run: ReferenceCurve, references: Sequence[ReferenceCurve]
                            signal.values[f"{metric}_center"], signal.values[f"{metric}_low"],
                            signal.values[f"{metric}_high"])
     return None
+
+
+def judge(paths: Sequence[str], exact: bool, tolerance: float | None) -> Verdict:
+    """The first of ``paths`` against the others: bit for bit at every common logged step (``exact``), else inside
+    the band ``health.reference_drift``'s defaults build from them (``tolerance``: its floor)."""
+    if len(paths) < 2:
+        raise MsmonError("compare --assert needs a run and at least one reference", "pass two or more runs")
+    run, *references = [load_reference(Path(path)) for path in paths]
+    others = ", ".join(map(str, paths[1:]))
+    if exact:
+        partings = [(ref, *first_exact_parting(run, ref)) for ref in references]
+        parted = next(((ref, found) for ref, found, _ in partings if found is not None), None)
+        if parted is None:
+            steps = min(common for _, _, common in partings)
+            return Verdict(None, None, f"{paths[0]} equals {others} bit for bit at every common logged step ({steps})")
+        ref, found = parted
+        return Verdict(found, None, f"{paths[0]} is not {ref.source} bit for bit: {found.describe()}")
+    settings = ReferenceDriftSettings()
+    settings = dataclasses.replace(settings, tolerance=tolerance) if tolerance is not None else settings
+    band = build_band(references, settings, run.global_batch_size)
+    parting = first_band_parting(run, band, settings)
+    if parting is None:
+        return Verdict(None, band, f"{paths[0]} stays inside the band of {others}")
+    return Verdict(parting, band, f"{paths[0]} leaves the band of {others}: {parting.describe()}")

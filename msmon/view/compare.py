@@ -11,8 +11,10 @@ from typing import Any
 
 from msmon.config.hyperparameters import config_key_rank
 from msmon.errors import ExitCode, MsmonError
+from msmon.reference.parting import Verdict
 from msmon.util.mapping import flatten
 from msmon.util.numbers import fmt_number
+from msmon.view.band import with_bands
 from msmon.view.html import PALETTE, panel, panel_metrics, render, write_page
 from msmon.view.report import alert_rows, loss_summary
 from msmon.view.series import RunData, load_run
@@ -134,13 +136,18 @@ SUMMARY_HEADERS: tuple[str, ...] = ("run", "status", "logged", "last step", "fin
                                     "median tokens/s", "alerts")
 
 
-def build_compare(comparison: Comparison) -> str:
-    """The comparison page: legend, summaries, differing keys and overlaid plots."""
+def build_compare(comparison: Comparison, verdict: Verdict | None = None) -> str:
+    """The comparison page: legend, summaries, differing keys and overlaid plots; with ``compare --assert``'s
+    ``verdict``, the band the first run was judged against and the step where it parts."""
     runs = comparison.runs
     labelled = [RunData(r.path, {**r.info, "run_name": label}, r.config_text, r.config, r.records, [])
                 for r, label in zip(runs, comparison.labels, strict=True)]
-    panels = [panel(m, labelled, MAX_POINTS) for m in panel_metrics(labelled)]
-    data = {"panels": panels, "alerts": alert_rows([])}
+    band = verdict.band if verdict is not None else None
+    panels = with_bands([panel(m, labelled, MAX_POINTS) for m in panel_metrics(labelled)], band)
+    parting = verdict.parting if verdict is not None else None
+    partings = ([{"step": parting.step, "metric": parting.metric, "label": f"parts: {parting.metric}"}]
+                if parting is not None else [])
+    data = {"panels": panels, "alerts": alert_rows([]), "partings": partings}
     return render(
         "compare.html.j2", "msmon compare: " + " vs ".join(comparison.labels), data, panels,
         alert_markers=False, plot_note="Alerts are marked in each run's own report.", labels=comparison.labels,
@@ -150,9 +157,10 @@ def build_compare(comparison: Comparison) -> str:
         diff=[(key, [show_value(v) for v in values]) for key, values in comparison.diff],
         monitor_diff=[(key, [show_value(v) for v in values]) for key, values in comparison.monitor_diff],
         no_diff_text=comparison.no_diff_text(), paths=[str(r.path) for r in runs],
+        verdict=verdict.line if verdict is not None else None,
     )
 
 
-def write_compare(comparison: Comparison, out: str | Path) -> Path:
-    """Write the comparison page to ``out``."""
-    return write_page(Path(out), build_compare(comparison), "compare.html")
+def write_compare(comparison: Comparison, out: str | Path, verdict: Verdict | None = None) -> Path:
+    """Write the comparison page to ``out`` (``verdict``: see ``build_compare``)."""
+    return write_page(Path(out), build_compare(comparison, verdict), "compare.html")

@@ -14,6 +14,7 @@ from msmon.anomaly import rollbacks_of
 from msmon.config.hyperparameters import RunResults
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
+from msmon.view.band import drift_partings, run_band, with_bands
 from msmon.view.heatmap import heatmap
 from msmon.view.html import fmt_time, panel, panel_metrics, render, rollback_rows, write_page
 from msmon.view.series import PLOT_METRICS, RunData, load_run
@@ -111,7 +112,8 @@ def loss_summary(run: RunData) -> tuple[float | None, float | None, int | None]:
 def build_report(run: RunData, max_points: int = MAX_POINTS) -> str:
     """The report page of one run."""
     metrics = panel_metrics([run])
-    panels = [panel(m, [run], max_points) for m in metrics]
+    band, band_notes = run_band(run)
+    panels = with_bands([panel(m, [run], max_points) for m in metrics], band)
     missing = [m for m in PLOT_METRICS if m not in metrics]
     drawn = max((len(s["x"]) for p in panels for s in p["series"]), default=0)
     total = len(run.records)
@@ -119,12 +121,13 @@ def build_report(run: RunData, max_points: int = MAX_POINTS) -> str:
             "(first, min, max and last of each bucket kept, so spikes stay visible)." if drawn < total else "")
     groups = heatmap(run)
     data = {"panels": panels, "alerts": alert_rows(run.alerts), "rollbacks": rollback_rows(run.info),
-            "heatmap": groups}
+            "heatmap": groups, "partings": drift_partings(run.alerts)}
     return render(
         "report.html.j2", f"msmon report: {run.name}", data, panels, alert_markers=True, plot_note=note, run=run,
         groups=groups["groups"] if groups else [],
         status=str(run.info.get("status", "unknown")), project=run.info.get("project_name", ""),
-        summary=summary_line(run), notes=[*run.notes, *(f"{m} was not recorded in this run" for m in missing)],
+        summary=summary_line(run),
+        notes=[*run.notes, *band_notes, *(f"{m} was not recorded in this run" for m in missing)],
         alerts=alert_table_rows(run.alerts), metadata=metadata_rows(run.info),
     )
 

@@ -1,15 +1,17 @@
 // msmon plots: stacked canvas panels sharing one step axis (no dependencies, no network).
 // Data: the JSON text of the element #msmon-data: {"panels": [...], "alerts": [...]}
 // panel = {metric, label, series: [{name, color, x: [...], y: [...], nonfinite: [[step, kind]], total}]}
-// alert = {n, step, severity, detector, message}; rollback = {step, until, label} (the report only)
+// alert = {n, step, severity, detector, message}; rollback = {step, until, label} (the report only);
+// panel.band = {x, low, high, label}: the references' band of that metric; parting = {step, metric, label} (labelled on its metric's panel)
 "use strict";
 (function () {
   const DATA = JSON.parse(document.getElementById("msmon-data").textContent);
   const M = { left: 74, right: 18, top: 24, bottom: 26 };
   const HEIGHT = 190;
   const COLORS = { warning: "#d97706", critical: "#dc2626", nonfinite: "#b91c1c", grid: "#e5e7eb", axis: "#6b7280",
-                   rollback: "#7c3aed" };
+                   rollback: "#7c3aed", band: "rgba(22,163,74,0.14)", bandText: "#15803d", parting: "#15803d" };
   const ROLLBACKS = DATA.rollbacks || [];
+  const PARTINGS = DATA.partings || [];  // {step, metric, label}: where the run leaves its references' band
   const root = document.getElementById("msmon-plots");
   const more = document.getElementById("msmon-plots-more");
   const tip = document.getElementById("msmon-tip");
@@ -107,6 +109,14 @@
         if (v > hi) hi = v;
       }
     }
+    const band = panel.p.band;
+    if (band) {  // the band stays in view beside the curves
+      const a = lowerBound(band.x, view[0]), b = lowerBound(band.x, view[1] + 1e-9);
+      for (let i = a; i < b; i++) {
+        if (!panel.log || band.low[i] > 0) lo = Math.min(lo, band.low[i]);
+        hi = Math.max(hi, band.high[i]);
+      }
+    }
     if (!isFinite(lo)) return panel.log ? [0, 1] : [0, 1];
     if (panel.log) { lo = Math.log10(lo); hi = Math.log10(hi); }
     if (lo === hi) { const d = Math.abs(lo) * 0.05 || 1; lo -= d; hi += d; }
@@ -160,6 +170,23 @@
     g.strokeRect(M.left, M.top, pw, ph);
     g.save();
     g.beginPath(); g.rect(M.left, M.top - 14, pw, ph + 14); g.clip();
+    const band = panel.p.band;
+    if (band && band.x.length) {  // the references' band, under the curves
+      const a = Math.max(0, lowerBound(band.x, view[0]) - 1), b = Math.min(band.x.length, lowerBound(band.x, view[1]) + 1);
+      const ok = (i) => !panel.log || (band.low[i] > 0 && band.high[i] > 0);
+      g.fillStyle = COLORS.band;
+      g.beginPath();
+      let started = false;
+      for (let i = a; i < b; i++) { if (!ok(i)) continue; const xx = X(band.x[i]), yy = Y(band.high[i]); if (started) g.lineTo(xx, yy); else { g.moveTo(xx, yy); started = true; } }
+      for (let i = b - 1; i >= a; i--) { if (ok(i)) g.lineTo(X(band.x[i]), Y(band.low[i])); }
+      g.closePath();
+      g.fill();
+      g.fillStyle = COLORS.bandText;
+      g.font = "10px system-ui, sans-serif";
+      g.textAlign = "right";
+      g.textBaseline = "bottom";
+      g.fillText(band.label, M.left + pw - 4, M.top + ph - 2);
+    }
     for (const s of panel.p.series) {
       const a = Math.max(0, lowerBound(s.x, view[0]) - 1), b = Math.min(s.x.length, lowerBound(s.x, view[1]) + 1);
       g.strokeStyle = s.color;
@@ -208,6 +235,21 @@
       g.textAlign = "left";
       g.textBaseline = "top";
       g.fillText("\u21ba " + r.label, x0 + 3, M.top + 2);
+    }
+    for (const m of PARTINGS) {  // the first step outside the band
+      if (m.step < view[0] || m.step > view[1]) continue;
+      const xx = X(m.step);
+      g.strokeStyle = COLORS.parting;
+      g.lineWidth = 1.5;
+      g.setLineDash([1, 3]);
+      g.beginPath(); g.moveTo(xx, M.top); g.lineTo(xx, M.top + ph); g.stroke();
+      g.setLineDash([]);
+      g.lineWidth = 1;
+      g.fillStyle = COLORS.parting;
+      g.font = "10px system-ui, sans-serif";
+      g.textAlign = "left";
+      g.textBaseline = "top";
+      if (m.metric === panel.p.metric) g.fillText("\u2192 " + m.label + " @ " + m.step, xx + 3, M.top + 14);
     }
     for (const a of DATA.alerts) {
       if (a.step === null || a.step === undefined || a.step < view[0] || a.step > view[1]) continue;
