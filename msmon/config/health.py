@@ -70,7 +70,8 @@ class ReferenceDriftSettings(DetectorSettings):
     """alert when the run leaves the band of its reference runs (monitor_config.reference): which metric, the first
     step it parted, by how much"""
 
-    metrics: list[str] = doc(["loss", "grad_norm"], "metrics compared with the references (positive ones: their log)")
+    metrics: list[str] = doc(["loss", "grad_norm", "learning_rate"],
+                             "metrics compared with the references (positive ones: their log)")
     smooth_steps: int = doc(10, "a metric's level: the median of its logs over this many steps (run and references)",
                             at_least=1)
     spread_factor: float = doc(4.0, "the band: the references' centre +- this x their half-range ...", above=0.0)
