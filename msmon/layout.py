@@ -29,6 +29,10 @@ RANK_LOGS = f"{LOGS}/ranks"  # msrun's scheduler.log and worker_N.log
 GRAPHS = f"{LOGS}/graphs"  # MindSpore's saved graphs (save_graphs); a failed compile's IR: logs/rank_N/om/
 RESULT_GLOB = "rank_*.result.json"
 CONTEXT_DIR = "context"  # the flight recorder's per-step window before each alert
+PROBES = "probes"  # msmon probe's requests: probes/request.json, each rank's outcome in probes/<id>/rank_N.json
+PROBE_REQUEST = f"{PROBES}/request.json"
+PROFILES = "profiles"  # the profile probe's windows: profiles/<from>-<to>/rank_N/ (the profiler's own layout)
+PROFILE_SUMMARY = "msmon_summary.json"  # msmon's summary of one rank's profile, beside the profiler's output
 RESERVE = ".msmon-reserve"  # disk space held for the final run.json (released at the end)
 
 #: Files whose presence makes a directory a run directory.
@@ -90,3 +94,13 @@ def heartbeat_files(run_dir: Path, suffix: str) -> dict[int, Path]:
 def rank_stacks(run_dir: Path, rank: int) -> Path:
     """Where one rank writes its Python stacks when ``msmon run`` asks (a stall)."""
     return run_dir / STACKS / f"rank_{rank}.txt"
+
+
+def probe_mark(run_dir: Path, request_id: str, rank: int) -> Path:
+    """What one rank did with a probe request (``msmon.probe.ProbeMark``)."""
+    return run_dir / PROBES / request_id / f"rank_{rank}.json"
+
+
+def profile_dir(run_dir: Path, first_step: int, last_step: int, rank: int) -> Path:
+    """One rank's profile of the steps ``first_step`` to ``last_step`` (the profiler writes below it)."""
+    return run_dir / PROFILES / f"{first_step}-{last_step}" / f"rank_{rank}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "msmon"
-FOUNDATION = {"msmon", "anomaly", "errors", "findings", "layout", "listener", "records", "status", "step_cost",
+FOUNDATION = {"msmon", "anomaly", "errors", "findings", "layout", "listener", "probe", "records", "status", "step_cost",
               "compat", "util"}
 ALLOWED: dict[str, set[str]] = {
     **dict.fromkeys(FOUNDATION, FOUNDATION),

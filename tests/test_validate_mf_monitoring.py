@@ -193,3 +193,18 @@ def test_ms009_global_norm_spikes_stop_or_skip_and_msmon_alerts(tmp_path: Path) 
     assert both.is_error and "refuses" in both.message
     # without monitor_on, check_for_global_norm does nothing (MS006), so nothing stops either
     assert found(write(tmp_path, {"check_for_global_norm": True}), "MS009") == []
+
+
+def test_ms013_mindformers_own_profiler_is_named_at_validate(tmp_path: Path) -> None:
+    """`profile: True` (what `msmon run --profile` passes through): a warning at its line saying `msmon probe RUN
+    profile` refuses the run; `msmon validate CONFIG profile=True` says the same of the override."""
+    from conftest import run_msmon
+
+    on = write(tmp_path, profile=True, profile_start_step=3, profile_stop_step=8)
+    (finding,) = found(on, "MS013")
+    assert not finding.is_error and finding.path == "profile" and finding.line == line_of(on, "profile")
+    assert "steps 3-8" in finding.message and "`msmon probe RUN profile` refuses this run" in finding.message
+    assert found(write(tmp_path, profile=False), "MS013") == []
+    assert found(write(tmp_path), "MS013") == []
+    result = run_msmon("validate", str(write(tmp_path)), "profile=True")
+    assert "MS013" in result.stdout + result.stderr, result.stdout

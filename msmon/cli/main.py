@@ -15,6 +15,7 @@ from msmon.cli import (
     doctor,
     export,
     init,
+    probe,
     replay,
     report,
     resume,
@@ -49,8 +50,8 @@ def _root(
     """Launch, validate and watch MindSpore Transformers (mindformers) training runs."""
 
 
-for module in (validate, init, run, export, resume, board, backup, runs, status, clean, replay, report, compare,
-               doctor):
+for module in (validate, init, run, export, resume, board, backup, runs, status, probe, clean, replay, report,
+               compare, doctor):
     module.register(app)
 
 

@@ -32,20 +32,25 @@ def status(
     from rich.markup import escape
     from rich.table import Table
 
+    from msmon.ops.probes import probes_of
     from msmon.ops.runs import rank_status
     from msmon.util.durations import format_duration
 
     info, ranks = rank_status(run)
+    probes = probes_of(run, running=info.status == RunStatus.RUNNING)
     if as_json:
         stuck = ranks.diagnosis
         print(json.dumps({**info.to_json(), "idle_s": ranks.idle_s,
-                          "stuck": None if stuck is None else {"ranks": stuck.culprits, "why": stuck.lines}}, indent=2))
+                          "stuck": None if stuck is None else {"ranks": stuck.culprits, "why": stuck.lines},
+                          "probes": probes.to_json()}, indent=2))
         return
     console = wide_console()
     step = "-" if info.last_step is None else str(info.last_step)
     console.print(f"{escape(info.project)}/{escape(info.run)}: {info.status}, step {step}, "
                   f"{info.alert_count or 0} alert(s){f', {info.rollbacks} rollback(s)' if info.rollbacks else ''}, "
                   f"{format_duration(info.duration_s)}")
+    for line in probes.lines():
+        console.print(escape(line))
     if not ranks.states:
         console.print("no rank heartbeats in heartbeats/ (each rank writes one while it trains; older runs have none)")
         return

@@ -2,7 +2,8 @@
 
 Non-logging steps cost a counter, a monotonic timestamp at the step's begin and one at its end, a stop-flag
 check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there). Logging steps
-read the needed Tensors once (the held ones too: their interval mean/max and the flight recorder's per-step
+also look for a probe request (one ``os.stat``; msmon.engine.probe), and read the needed Tensors once (the held
+ones too: their interval mean/max and the flight recorder's per-step
 values), build one flat dict and put it in the writer's queue; all I/O is elsewhere. A rank that does not write
 the metrics (``reduced``) builds the same record of loss, grad_norm and overflow only, for its own heartbeat
 (docs/health.md, "Distributed runs").
@@ -26,6 +27,7 @@ from msmon.engine.flight import VALUES as FLIGHT_VALUES
 from msmon.engine.flight import FlightRecorder
 from msmon.engine.grad_groups import GradGroups, groups_of_network
 from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
+from msmon.engine.probe.runner import ProbeRunner
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
 from msmon.engine.step_clock import StepClock, watch_step_end
 from msmon.engine.throughput import Throughput
@@ -65,12 +67,14 @@ class StepObserver:
         config: Mapping[str, Any] | None = None,
         flight: FlightRecorder | None = None,
         reduced: bool = False,
+        probes: ProbeRunner | None = None,
     ) -> None:
         self._interval = max(1, settings.log_interval)
         self._metrics = frozenset(canonical_metrics(settings.track_metrics))
         if reduced:
             self._metrics &= REDUCED_METRICS
         self._progress = progress
+        self._probes = probes
         self._put = put
         self._stop = stop
         self._rank = rank
@@ -115,6 +119,8 @@ class StepObserver:
         progress.begun_monotonic = now = time.monotonic()
         self._clock.begin(now)
         progress.begun_step = cb_params.cur_step_num + (self._offset or 0)
+        if self._probes is not None and self._probes.busy:
+            self._probes.step_begin(progress.begun_step)
 
     def step_end(self, cb_params: Any) -> bool:
         """Step end: count, log every ``log_interval`` steps; True when the run must stop."""
@@ -133,13 +139,23 @@ class StepObserver:
         steps = max(1, step - previous_step)  # several with dataset sinking
         seconds = (now - previous) / steps
         self._clock.end(now, steps)
+        probes = self._probes
+        if probes is not None and probes.busy:
+            probes.step_end(step)
         bucket = step // self._interval  # a new bucket = a logging step, also when sinking several steps per call
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket
             self._log(cb_params, step, now, seconds)
+            if probes is not None:  # a probe request: one os.stat, at logging steps only
+                probes.at_logging_step(step)
         elif self._held is not None:  # a reference to the step's outputs, unread: a read here would be a device sync
             self._held.hold(Held(step, now, seconds, cb_params.get("net_outputs")))
         return self._stop.stop is not None
+
+    def end(self) -> None:
+        """Train end (or the session closing after a failed training): a probe window still open is cut short."""
+        if self._probes is not None:
+            self._probes.close()
 
     def _plan(self, cb_params: Any, offset: int) -> None:
         """At the first step end: the data's batches over every epoch (the epochs before this process's first one
@@ -274,7 +290,7 @@ def callback_class() -> type:
         from mindspore.train import Callback
 
         class MsmonCallback(Callback):
-            """Forwards train begin, step begin and step end to a StepObserver; stops the run when asked."""
+            """Forwards train begin and end, step begin and step end to a StepObserver; stops the run when asked."""
 
             def __init__(self, observer: StepObserver) -> None:
                 super().__init__()
@@ -292,6 +308,9 @@ def callback_class() -> type:
             def on_train_step_end(self, run_context: Any) -> None:
                 if self.observer.step_end(run_context.original_args()):
                     run_context.request_stop()
+
+            def on_train_end(self, run_context: Any) -> None:
+                self.observer.end()
 
         _CALLBACK_CLASS = MsmonCallback
     return _CALLBACK_CLASS

@@ -19,6 +19,7 @@ from msmon.engine.backends import backend_class
 from msmon.engine.callback import StepObserver, make_callback
 from msmon.engine.diskguard import DiskGuard
 from msmon.engine.flight import FlightRecorder
+from msmon.engine.probe.runner import ProbeRunner
 from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import ConsoleLines, StepProgress, canonical_metrics
 from msmon.engine.writer import Writer
@@ -73,6 +74,9 @@ class MonitorSession:
         self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval)
         self.disk_guard = DiskGuard(self.run_dir, settings.disk, on_trip=self._stop_heavy_outputs)
         self._callback: Any = None
+        self._observer: StepObserver | None = None
+        # every rank takes probe requests (msmon probe) from the run directory itself (docs/probe.md)
+        self.probes = ProbeRunner(Path(run_dir), rank, config) if settings.enable_monitor else None
         # flight recorder (issue 13): filled by the callback, dumped by health on an alert (msmon.health.attach)
         steps = settings.flight_recorder.steps
         self.flight_recorder = FlightRecorder(self.run_dir, settings.flight_recorder) if self.writes and steps else None
@@ -121,10 +125,10 @@ class MonitorSession:
     def callback(self) -> Any:
         """The MindSpore Callback for this session (the same object on every call)."""
         if self._callback is None:
-            observer = StepObserver(
+            self._observer = observer = StepObserver(
                 self.settings, self.progress, self.writer.put if self.settings.enable_monitor else None, self,
                 rank=self.rank, world_size=self.world_size, config=self.config, reduced=not self.writes,
-                flight=self.flight_recorder,
+                flight=self.flight_recorder, probes=self.probes,
             )
             self._callback = make_callback(observer)
             if self.settings.verbose:
@@ -167,6 +171,8 @@ class MonitorSession:
             if self._summary is not None:
                 return self._summary
             atexit.unregister(self._close_at_exit)
+            if self._observer is not None:  # the training raised: no train end cut its probe window short
+                self._observer.end()
             late = self.writer.close(status, budget_cap_s) if self._started else []
             if self._started:
                 self.rank_heartbeat.stop(status)

@@ -22,7 +22,7 @@ from msmon.config.schema import MonitorSettings
 from msmon.status import Attempt, RunStatus
 from msmon.util.atomic import atomic_write_json
 from msmon.util.internal_errors import InternalErrors
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import read_objects
 
 SPEC_ENV = "MSMON_WORKER_SPEC"
 
@@ -158,14 +158,8 @@ def write_result(run_dir: Path, result: RankResult) -> None:
 
 def read_results(run_dir: Path) -> dict[int, RankResult]:
     """rank -> its result, for every readable result file."""
-    found = {}
-    for path in (run_dir / layout.LOGS).glob(layout.RESULT_GLOB):
-        try:
-            result = RankResult.from_json(read_json_object(path))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        found[result.rank] = result
-    return found
+    results = read_objects((run_dir / layout.LOGS).glob(layout.RESULT_GLOB), RankResult.from_json)
+    return {result.rank: result for result in results}
 
 
 def clear_results(run_dir: Path) -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 TAIL_BYTES = 4 * 1024 * 1024
+T = TypeVar("T")
 
 
 @dataclass
@@ -110,3 +111,15 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{Path(path).name} is not a JSON object")
     return data
+
+
+def read_objects(paths: Iterable[Path], parse: Callable[[dict[str, Any]], T]) -> list[T]:
+    """``parse`` of the JSON object in each of ``paths``, in order; a file that cannot be read or that ``parse``
+    refuses (ValueError, KeyError, TypeError) is left out."""
+    found = []
+    for path in paths:
+        try:
+            found.append(parse(read_json_object(path)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found

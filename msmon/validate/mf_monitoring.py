@@ -1,6 +1,6 @@
-"""mindformers' own monitoring, as mindformers 1.8-1.9 run it (MS006-MS009): settings it will not honour as
-written, the per-parameter statistics that slow training, a ``dump_path`` it wipes, and its stop rules explained
-beside msmon's health detectors.
+"""mindformers' own monitoring, as mindformers 1.8-1.9 run it (MS006-MS009, MS013): settings it will not honour as
+written, the per-parameter statistics that slow training, a ``dump_path`` it wipes, its stop rules explained
+beside msmon's health detectors, and its own profiler (which ``msmon probe RUN profile`` cannot run beside).
 
 What mindformers does (core/callback/callback.py ``TrainingStateMonitor``, trainer/trainer.py, wrapper/wrapper.py):
 ``TrainingStateMonitor`` is added only with ``monitor_on: True`` (or, without its config, with
@@ -20,6 +20,7 @@ from msmon.compat import (
     TEMPLATE_SPIKE_THRESHOLD,
     global_norm_spike_threshold,
 )
+from msmon.config.profiler import PROFILE_KEY, own_profiler
 from msmon.findings import Finding, error, warning
 from msmon.util.numbers import fmt_number
 from msmon.validate.context import CheckContext
@@ -176,6 +177,19 @@ def check_stop_rules(ctx: CheckContext) -> list[Finding]:
     return found
 
 
+def check_own_profiler(ctx: CheckContext) -> list[Finding]:
+    """MS013: mindformers' own profiler is on, so ``msmon probe RUN profile`` refuses the run."""
+    setting = own_profiler({PROFILE_KEY: ctx.get(PROFILE_KEY), "profile_start_step": ctx.get("profile_start_step", 1),
+                            "profile_stop_step": ctx.get("profile_stop_step", 10)})
+    if setting is None:
+        return []
+    return [warning("MS013", PROFILE_KEY, f"{setting}, into logs/output/profile/rank_N/; `msmon probe RUN profile` "
+                    "refuses this run: MindSpore runs one profiler at a time",
+                    "leave profile off to profile any steps of the running training with `msmon probe RUN profile` "
+                    "(docs/probe.md)")]
+
+
 def check_mindformers_monitoring(ctx: CheckContext) -> list[Finding]:
-    """Every MS006-MS009 finding."""
-    return [*check_formats(ctx), *check_state_costs(ctx), *check_dump_path(ctx), *check_stop_rules(ctx)]
+    """Every MS006-MS009 and MS013 finding."""
+    return [*check_formats(ctx), *check_state_costs(ctx), *check_dump_path(ctx), *check_stop_rules(ctx),
+            *check_own_profiler(ctx)]

@@ -1,0 +1,73 @@
+"""`msmon probe RUN profile` on a running quickstart, with the real Trainer and MindSpore's own profiler (the
+mechanism's units: tests/test_probe_units.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msmon import layout
+from msmon.engine.probe.profile_summary import ProfileSummary
+from msmon.probe import ProbeState, read_marks, read_request
+
+pytestmark = pytest.mark.training
+
+INTERVAL = 10
+
+
+def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes_nothing(canonical,
+                                                                                        tmp_path: Path) -> None:
+    """The canonical seed-1 legacy quickstart trained again, logging every 10 steps; once it has logged step 30,
+    `msmon probe RUN profile --steps 5`: rank 0 profiles exactly 5 steps from the step after its next logging step,
+    the profiler's output and msmon's summary (operators in every step) land in profiles/<from>-<to>/rank_0/, the
+    request is marked done, `msmon status` lists it, and the run ends normally with the canonical run's loss and
+    grad norm at every logged step. A training of its own: a run probed live."""
+    from conftest import run_msmon
+    from launch import Launched, msmon_env, records
+
+    reference = canonical("reference_seed1_legacy")
+    run_dir = tmp_path / "runs" / "canonical" / "probed"
+    overrides = ["monitor_config.run_name=probed", f"monitor_config.save_dir={tmp_path / 'runs'}",
+                 f"monitor_config.log_interval={INTERVAL}", f"tensorboard.tensorboard_dir={tmp_path / 'tb'}"]
+    run = Launched.start(tmp_path, "run", str(reference.config), "--plain", *overrides, env=msmon_env(tmp_path),
+                         cwd=reference.cwd)
+    try:
+        logged = run.wait_for(lambda: (rows := records(run_dir)) and rows[-1]["step"] >= 30 and rows[-1]["step"])
+        asked = run_msmon("probe", str(run_dir), "profile", "--steps", "5", cwd=tmp_path)
+        assert asked.code == 0, asked.stderr
+        request = read_request(run_dir)
+        assert request is not None and asked.stdout.startswith(f"requested {request.id}: a profile of 5 step(s)")
+        mark = run.wait_for(lambda: read_marks(run_dir, request.id).get(0))
+        assert run.finish(kill=False) == 0, run.stderr[-2000:]
+        assert run.left_behind() == []
+    finally:
+        run.kill()
+
+    assert mark.state is ProbeState.DONE, mark
+    first, last = mark.first_step, mark.last_step
+    assert first is not None and last is not None and last - first + 1 == 5
+    assert (first - 1) % INTERVAL == 0 and first - 1 >= logged  # from the step after a logging step, not earlier
+    profile = run_dir / layout.PROFILES / f"{first}-{last}" / "rank_0"
+    assert mark.output == str(profile.relative_to(run_dir))
+    summary = ProfileSummary.from_json(json.loads((profile / layout.PROFILE_SUMMARY).read_text()))
+    assert summary.complete and [s.step for s in summary.steps] == list(range(first, last + 1))
+    assert summary.op_types and summary.top_operators and summary.op_total_ms > 0
+    assert all((s.ops or 0) > 0 and 0 < (s.op_ms or 0) < s.wall_ms for s in summary.steps)
+    assert len({s.ops for s in summary.steps}) == 1  # the same graph every step: the calls split by step exactly
+    (output,) = summary.profiler_output
+    trace = json.loads((profile / output / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
+    assert any(event.get("ph") == "X" for event in trace)  # a Chrome trace: chrome://tracing and Perfetto open it
+    assert sorted(p.name for p in (run_dir / layout.PROFILES).iterdir()) == [f"{first}-{last}"]
+
+    probed = {r["step"]: r for r in records(run_dir)}
+    canon = {r["step"]: r for r in reference.records()}
+    assert sorted(probed) == list(range(INTERVAL, 201, INTERVAL))
+    for step, row in probed.items():
+        assert (row["loss"], row["grad_norm"]) == (canon[step]["loss"], canon[step]["grad_norm"]), step
+
+    status = run_msmon("status", str(run_dir), cwd=tmp_path)
+    assert f"profiles: {mark.output}" in status.stdout and f"rank 0: done steps {first}-{last}" in status.stdout
+    again = run_msmon("probe", str(run_dir), "profile", cwd=tmp_path)
+    assert again.code != 0 and "the run is not running (status: completed)" in again.stderr
