@@ -71,3 +71,42 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
     assert f"profiles: {mark.output}" in status.stdout and f"rank 0: done steps {first}-{last}" in status.stdout
     again = run_msmon("probe", str(run_dir), "profile", cwd=tmp_path)
     assert again.code != 0 and "the run is not running (status: completed)" in again.stderr
+
+
+def test_ctrl_c_inside_a_profile_window_exits_130_with_the_profile_marked_incomplete(tmp_path: Path) -> None:
+    """A 100-step profile requested on a running quickstart, then SIGINT once a logging step inside the window
+    has passed: msmon run exits 130 with nothing left running, the window is cut short at the step the training
+    stopped, the profiler analyses what it recorded, and the request is marked incomplete with the steps measured.
+    A training of its own: the Ctrl-C case of the issue's "Must show"."""
+    import signal
+
+    from conftest import run_msmon
+    from helpers_training import write_quickstart_config
+    from launch import Launched, msmon_env, records
+
+    config = write_quickstart_config(tmp_path, log_interval=5, monitor_type=["file"])
+    run_dir = tmp_path / "monitor_logs" / "quickstart" / "test_run"
+    run = Launched.start(tmp_path, "run", str(config), "--plain", env=msmon_env(tmp_path), cwd=tmp_path)
+    try:
+        run.wait_for(lambda: records(run_dir))
+        asked = run_msmon("probe", str(run_dir), "profile", "--steps", "100", cwd=tmp_path)
+        assert asked.code == 0, asked.stderr
+        window = run.wait_for(lambda: next((run_dir / layout.PROFILES).iterdir()).name)
+        first = int(window.split("-")[0])
+        run.wait_for(lambda: records(run_dir)[-1]["step"] >= first + 5)
+        run.proc.send_signal(signal.SIGINT)
+        assert run.finish(kill=False) == 130, run.stderr[-2000:]
+        assert run.left_behind() == []
+    finally:
+        run.kill()
+    request = read_request(run_dir)
+    assert request is not None
+    mark = read_marks(run_dir, request.id)[0]
+    assert mark.state is ProbeState.INCOMPLETE and mark.first_step == first, mark
+    assert mark.last_step is not None and first + 5 <= mark.last_step < first + 99
+    profile = run_dir / layout.PROFILES / window / "rank_0"
+    summary = ProfileSummary.from_json(json.loads((profile / layout.PROFILE_SUMMARY).read_text()))
+    assert not summary.complete and [s.step for s in summary.steps] == list(range(first, mark.last_step + 1))
+    assert summary.op_types and all((s.ops or 0) > 0 for s in summary.steps)
+    (output,) = summary.profiler_output
+    assert json.loads((profile / output / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
