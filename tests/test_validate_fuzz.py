@@ -150,7 +150,7 @@ def test_a_save_dir_on_a_kernel_file_system_is_refused_before_the_run(tmp_path: 
         assert "internal error" not in result.output
 
 
-PATH_COMMANDS = [["report"], ["replay"], ["compare"], ["status"], ["runs"], ["resume"], ["board", "start"],
+PATH_COMMANDS = [["report"], ["replay"], ["compare"], ["status"], ["probe"], ["runs"], ["resume"], ["board", "start"],
                  ["validate"], ["init"], ["export", "quickstart", "-o"], ["backup-config", "save"], ["doctor"]]
 
 
@@ -159,13 +159,14 @@ PATH_COMMANDS = [["report"], ["replay"], ["compare"], ["status"], ["runs"], ["re
 def test_every_path_argument_of_an_unusual_shape_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                      command: list[str], shape: str) -> None:
     """A run directory or file given with a name too long (report, replay, status, runs, board start and compare
-    were internal errors: Path.exists raises ENAMETOOLONG), under a file, or on a kernel file system."""
+    were internal errors: Path.exists raises ENAMETOOLONG), under a file, or on a kernel file system; probe too."""
     monkeypatch.chdir(tmp_path)
     plain = tmp_path / "plain.txt"
     plain.write_text("x")
     path = {"name_too_long": str(tmp_path / ("y" * 300)), "under_a_file": str(plain / "run"),
             "kernel_fs": "/proc/self/msmon_run"}[shape]
-    result = runner.invoke(app, [*command, path, *([path] if command == ["compare"] else [])])
+    after = {"compare": [path], "probe": ["profile"]}.get(command[0], [])
+    result = runner.invoke(app, [*command, path, *after])
     assert result.exit_code not in (0, None) and not isinstance(result.exception, (OSError, AttributeError)), (
         result.output, repr(result.exception))
     assert "internal error" not in result.output and "Traceback" not in result.output, result.output

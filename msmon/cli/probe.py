@@ -7,13 +7,15 @@ from pathlib import Path
 import typer
 
 from msmon.cli.common import handle_errors
+from msmon.cli.complete import run_dirs
 from msmon.errors import MsmonError
 from msmon.probe import DEFAULT_STEPS, MAX_STEPS, ProbeKind
 
 
 @handle_errors
 def probe(
-    run: Path = typer.Argument(..., help="A running run's directory (<save_dir>/<project>/<run>)."),
+    run: Path = typer.Argument(..., help="A running run's directory (<save_dir>/<project>/<run>).",
+                               autocompletion=run_dirs),
     kind: ProbeKind = typer.Argument(..., help="What to measure: profile (MindSpore's profiler: operator times)."),
     steps: int = typer.Option(DEFAULT_STEPS, "--steps", min=1, max=MAX_STEPS, help="How many steps to measure."),
     ranks: str = typer.Option("all", "--ranks", help="The ranks that measure: all, or a list such as 0,3."),
