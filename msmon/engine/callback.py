@@ -1,12 +1,12 @@
 """The training-thread side: a MindSpore Callback that counts steps and hands one record per logged step.
 
 Non-logging steps cost a counter, a monotonic timestamp at the step's begin and one at its end, a stop-flag
-check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there). Logging steps
-also look for a probe request (one ``os.stat``; msmon.engine.probe), and read the needed Tensors once (the held
-ones too: their interval mean/max and the flight recorder's per-step
-values), build one flat dict and put it in the writer's queue; all I/O is elsewhere. A rank that does not write
-the metrics (``reduced``) builds the same record of loss, grad_norm and overflow only, for its own heartbeat
-(docs/health.md, "Distributed runs").
+check, a probe flag check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there).
+Logging steps read the needed Tensors once (the held ones too: their interval mean/max and the flight recorder's
+per-step values), build one flat dict and put it in the writer's queue, and look for a probe request (one
+``os.stat``, the one file access here: msmon.engine.probe); the rest of the I/O is elsewhere. While a probe's
+window is open, its steps call the probe. A rank that does not write the metrics (``reduced``) builds the same
+record of loss, grad_norm and overflow only, for its own heartbeat (docs/health.md, "Distributed runs").
 """
 
 from __future__ import annotations
