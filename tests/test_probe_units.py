@@ -364,3 +364,26 @@ def test_msmon_probe_refuses_what_cannot_be_probed(tmp_path: Path, run_json: dic
     with pytest.raises(MsmonError, match=why):
         request_probe(run, ProbeKind.PROFILE, 5, ranks)
     assert read_request(run) is None
+
+
+def test_msmon_status_lists_the_profiles_and_each_ranks_outcome(tmp_path: Path) -> None:
+    from msmon.ops.probes import probes_of
+    from msmon.probe import ProbeMark, write_mark
+
+    run = _run_dir(tmp_path, devices=3)
+    sent = request(5)
+    write_request(run, sent)
+    write_mark(run, ProbeMark(sent.id, sent.kind, 0, ProbeState.DONE, 101, 105, "profiles/101-105/rank_0", "5 steps"))
+    write_mark(run, ProbeMark(sent.id, sent.kind, 2, ProbeState.ERROR, message="the profiler wrote nothing"))
+    for window in ("101-105", "11-15"):
+        (run / layout.PROFILES / window / "rank_0").mkdir(parents=True)
+    listing = probes_of(run, running=True)
+    assert listing.pending == [1] and listing.profiles == ["profiles/11-15/rank_0", "profiles/101-105/rank_0"]
+    assert listing.lines() == [
+        "profiles: profiles/11-15/rank_0, profiles/101-105/rank_0",
+        f"probe {sent.id}: profile, 5 step(s), every rank",
+        "  rank 0: done steps 101-105: 5 steps",
+        "  rank 2: error: the profiler wrote nothing",
+        "  not taken yet by rank(s) 1 (at their next logging step)"]
+    assert probes_of(run, running=False).pending == []  # a run that ended takes nothing any more
+    assert json.loads(json.dumps(listing.to_json()))["marks"][1]["state"] == "error"
