@@ -19,7 +19,6 @@ from helpers_training import write_quickstart_config
 from msmon.config.loader import QUICKSTARTS_DIR
 from msmon.engine.session import MonitorSession
 from msmon.errors import ExitCode
-from msmon.runner import runinfo
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import (
     SPEC_ENV,
@@ -128,7 +127,7 @@ def test_run_json_and_the_ending_count_the_ranks_internal_errors(tmp_path: Path,
         internal_errors.InternalErrors(3, "listener LiveView.on_record: KeyError: 'loss'"))))
     internal_errors.report("the rank watcher", RuntimeError("boom"))
     run.finish(RunStatus.COMPLETED)
-    info = runinfo.read_run_info(plan.run_dir)
+    info = json.loads((plan.run_dir / "run.json").read_text())
     assert (info["internal_errors"], info["first_internal_error"]) == (4, "the rank watcher: RuntimeError: boom")
     assert info["attempts"][-1]["internal_errors"] == 4
     ending = "\n".join(summary_lines(load_run(plan.run_dir)))

@@ -27,16 +27,25 @@ from msmon.config.loader import load_config
 from msmon.errors import MsmonError
 from msmon.health.monitor import HealthMonitor
 from msmon.health.replay import replay
-from msmon.runner import attempt_entries as attempts
+from msmon.run_record import AttemptReason, RunRecord
 from msmon.runner import rundir, runinfo
+from msmon.runner.attempt_entries import begin, carried_over, replace_last
 from msmon.runner.attempts import RestartPolicy
 from msmon.runner.lifecycle import restart_cause
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions
-from msmon.runner.results import RunResult
-from msmon.runner.resume import HYPER_PARAM_FILE, check_fits, latest_checkpoint, resume_overrides, training_layout
+from msmon.runner.results import RankResults, RunResult
+from msmon.runner.resume import (
+    HYPER_PARAM_FILE,
+    ResumePoint,
+    check_fits,
+    latest_checkpoint,
+    resume_overrides,
+    training_layout,
+)
 from msmon.runner.supervise import Run
 from msmon.status import Attempt, RunStatus
+from msmon.util.internal_errors import InternalErrors
 
 
 @pytest.mark.parametrize("fmt", ["ckpt", "safetensors"])
@@ -128,18 +137,34 @@ def test_records_after_the_resume_step_are_kept_aside(tmp_path: Path) -> None:
 
 
 def test_run_json_lists_the_attempts_and_sums_them() -> None:
-    info: dict[str, Any] = {"start_time": "t0"}
-    first = attempts.begin(info, resumed_from=None, reason=attempts.START)
-    attempts.end(first, status="failed", exit_code=3, last_step=95, alert_count=2, dropped_records=1, error="E")
-    attempts.begin(info, resumed_from={"step": 80, "path": "/c"}, reason=attempts.RESTART)
-    info.update(status="completed", exit_code=0, last_step=None, alert_count=1, dropped_records=0, error=None)
-    done = attempts.finish(info)
-    assert [(a["attempt"], a["status"], a["resumed_from_step"]) for a in done["attempts"]] == [
+    record = begin(RunRecord(start_time="t0", status=RunStatus.RUNNING), None, AttemptReason.START)
+    first = record.attempts[0].ended(status=RunStatus.FAILED, exit_code=3, last_step=95, error="E",
+                                     counts={"alert_count": 2, "dropped_records": 1})
+    point = ResumePoint(Path("/c"), "llama_rank_0-1_80.ckpt", "ckpt", 80, 1)
+    record = begin(replace_last(record, first), point, AttemptReason.RESTART)
+    assert record.to_json()["attempts"][1] == {
+        "attempt": 2, "start_time": record.attempts[1].start_time, "end_time": None, "status": "running",
+        "reason": "restart", "resumed_from_step": 80, "checkpoint": "/c/rank_0/llama_rank_0-1_80.ckpt"}
+    done = runinfo.finished(record, RankResults(), status=RunStatus.COMPLETED, exit_code=0, watcher_alerts=1,
+                            error=None, internal=InternalErrors(), attempt_last_step=None)
+    assert [(a["attempt"], a["status"], a["resumed_from_step"]) for a in done.to_json()["attempts"]] == [
         (1, "failed", None), (2, "completed", 80)]
-    assert done["alert_count"] == 2 + 1 + 1  # the attempts' alerts and one per restart
-    assert done["dropped_records"] == 1
-    older = attempts.carried_over({"start_time": "t", "status": "running", "last_step": 5})  # before attempts existed
-    assert older[0]["attempt"] == 1 and older[0]["status"] == "failed" and "msmon itself" in older[0]["error"]
+    assert done.alert_count == 2 + 1 + 1  # the attempts' alerts and one per restart
+    assert done.dropped_records == 1
+    assert RunRecord.from_json(json.loads(json.dumps(done.to_json()))) == done  # as run.json keeps it
+    older = carried_over(RunRecord.from_json({"start_time": "t", "status": "running", "last_step": 5}))
+    assert older[0].attempt == 1 and older[0].status is RunStatus.FAILED and "msmon itself" in (older[0].error or "")
+
+
+def test_a_run_json_of_another_msmon_reads_what_it_can() -> None:
+    """A value of the wrong type reads as missing; an unreadable rollback is left out; nothing raises."""
+    odd = RunRecord.from_json({"status": "paused", "last_step": "ten", "pid": True, "command": "msmon run",
+                               "attempts": [{"status": "completed"}, "x"], "rollbacks": [{"attempt": 1}],
+                               "start_time": "2026-12-04T22:00:00+00:00", "run_name": 7})
+    assert (odd.status, odd.last_step, odd.pid, odd.command, odd.run_name, odd.rollbacks) == (
+        None, None, None, (), None, ())
+    assert [(a.attempt, a.status) for a in odd.attempts] == [(1, RunStatus.COMPLETED)]
+    assert odd.started_at is not None and odd.started_at.hour == 22
 
 
 def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
@@ -169,7 +194,7 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
     assert yaml.safe_load(spec.mindformers_yaml.read_text())["resume_training"] == "llama_rank_0-1_10.ckpt"
     assert spec.attempt == Attempt(2, 10)
     second.finish(RunStatus.COMPLETED)
-    info = runinfo.read_run_info(plan.run_dir)
+    info = json.loads((plan.run_dir / "run.json").read_text())
     assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("interrupted", "start"), ("completed", "resume")]
     assert info["layout"]["world_size"] == 1 and not list(plan.run_dir.glob("run.previous-*"))
     assert [json.loads(x)["step"] for x in (plan.run_dir / "metrics.jsonl").read_text().splitlines()] == [10]
@@ -188,8 +213,8 @@ def test_a_completed_run_is_not_resumed_and_more_steps_train_it_further(
     run = Run(plan, say=lambda line: None, view=ViewOptions())
     run.create()
     run.finish(RunStatus.COMPLETED)
-    info = runinfo.read_run_info(plan.run_dir)
-    runinfo.write_run_info(plan.run_dir, {**info, "last_step": 10})
+    info = json.loads((plan.run_dir / "run.json").read_text())
+    (plan.run_dir / "run.json").write_text(json.dumps({**info, "last_step": 10}))
     checkpoint_tree(plan.run_dir, [10])
     before = tree_snapshot(plan.run_dir)
     with pytest.raises(MsmonError, match=r"done completed at step 10; nothing to resume") as refused:

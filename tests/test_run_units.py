@@ -77,24 +77,30 @@ def test_no_resolved_secret_reaches_the_run_directory(tmp_path: Path, monkeypatc
     for path in files:
         text = path.read_text(errors="replace")
         assert secret not in text and "pass-9d2" not in text, path
-    info = runinfo.read_run_info(plan.run_dir)
+    info = json.loads((plan.run_dir / "run.json").read_text())
     assert info["command"][-1] == "x.uri=http://eve:***@h:1/"
     assert info["status"] == "completed" and info["exit_code"] == 0
 
 
-def test_run_json_end_fields_and_status_check() -> None:
-    start = runinfo.start_info(
+def test_run_json_end_fields_and_status_check(tmp_path: Path) -> None:
+    start = runinfo.started(
         config_path="c.yaml", project_name="p", run_name="r", run_dir=Path("/x/p/r"), command=["msmon"],
         device_target="CPU", device_count=1, total_steps=10, cwd=REPO, pid=1,
     )
-    assert start["status"] == "running" and start["end_time"] is None
-    assert start["git_commit"] is not None and len(start["git_commit"]) == 40
-    end = runinfo.finish_info(start, status=RunStatus.FAILED, exit_code=3, last_step=5, dropped_records=2,
-                              alert_count=1, error="ValueError: x", internal=InternalErrors(1, "writer tick: E"))
-    assert (end["status"], end["exit_code"], end["last_step"], end["error"]) == ("failed", 3, 5, "ValueError: x")
-    assert (end["internal_errors"], end["first_internal_error"]) == (1, "writer tick: E")
-    assert end["end_time"] >= end["start_time"]
-    assert json.loads(json.dumps(end))["status"] == "failed"
+    assert start.status is RunStatus.RUNNING and start.end_time is None
+    assert start.git_commit is not None and len(start.git_commit) == 40
+    _results(tmp_path, {"rank": 0, "status": "failed", "last_step": 5, "dropped_records": 2, "alert_count": 1,
+                        "internal_errors": 1, "first_internal_error": "writer tick: E"})
+    end = runinfo.finished(start, results.RankResults.read(tmp_path), status=RunStatus.FAILED, exit_code=3,
+                           watcher_alerts=0, error="ValueError: x", internal=InternalErrors(), attempt_last_step=None)
+    assert (end.status, end.exit_code, end.last_step, end.error) == ("failed", 3, 5, "ValueError: x")
+    assert (end.internal_errors, end.first_internal_error) == (1, "writer tick: E")
+    assert end.end_time is not None and start.start_time is not None and end.end_time >= start.start_time
+    written = json.loads(json.dumps(end.to_json()))
+    assert written["status"] == "failed" and "note" not in written and "rollbacks" not in written
+    assert list(written)[:3] == ["msmon_version", "mindspore_version", "mindformers_version"]
+    assert {"framework_warnings", "framework_errors", "backends", "records_lost"} <= set(written)
+    assert "framework_warnings" not in start.to_json()  # written once the run ended
 
 
 def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
@@ -229,7 +235,7 @@ def test_resume_reuses_the_run_directory_and_lists_the_attempts(
     second = Run(resumed, say=lambda line: None, view=ViewOptions())
     second.create()
     second.finish(RunStatus.COMPLETED)
-    info = runinfo.read_run_info(plan.run_dir)
+    info = json.loads((plan.run_dir / "run.json").read_text())
     assert [(a["status"], a["error"]) for a in info["attempts"]] == [("failed", "E: boom"), ("completed", None)]
     assert info["status"] == "completed"
     assert (plan.run_dir / "metrics.jsonl").read_text() == '{"step": 10}\n'

@@ -97,28 +97,26 @@ def resume(
     from msmon import layout
     from msmon.cli.run import launch
     from msmon.config.loader import override_value
+    from msmon.run_record import recorded
     from msmon.runner.plan import ResumeRecord, RunRequest
-    from msmon.runner.resume import recorded_info
 
     path = Path(run_dir).absolute()
-    info = recorded_info(path)
+    info = recorded(path)
     snapshot = path / layout.CONFIG_SNAPSHOT
     if info is None or not snapshot.is_file():
         missing = layout.RUN_JSON if info is None else layout.CONFIG_SNAPSHOT
         raise MsmonError(f"{path}: no {missing}: not a run directory of msmon run", "pass a run directory")
-    if info.get("launch") == "command" or "--" in (info.get("command") or []):
+    if info.launch == "command" or "--" in info.command:
         raise MsmonError("this run monitored its own launch (msmon run CONFIG -- COMMAND): msmon resume replays "
                          "msmon's launch only", "run the same command again with --resume before the `--`")
-    stored = info.get("request")
-    record = ResumeRecord.from_json(stored) if isinstance(stored, dict) else record_of_command(
-        [str(part) for part in info.get("command") or []])
+    record = ResumeRecord.from_json(info.request) if info.request is not None else record_of_command(
+        list(info.command))
     here = {"monitor_config.save_dir": path.parent.parent, "monitor_config.project_name": path.parent.name,
             "monitor_config.run_name": path.name}
     kept = [item for item in record.overrides if item.split("=", 1)[0] not in here]
     overrides = [*kept, *(f"{key}={override_value(str(value))}" for key, value in here.items())]
-    recorded_cwd = Path(str(info.get("cwd") or ""))
-    if info.get("cwd") and recorded_cwd.is_dir():
-        os.chdir(recorded_cwd)  # the config's relative paths (datasets) mean what they meant
+    if info.cwd and Path(info.cwd).is_dir():
+        os.chdir(info.cwd)  # the config's relative paths (datasets) mean what they meant
     record = dataclasses.replace(
         record, overrides=tuple(overrides),
         max_restarts=max_restarts if max_restarts is not None else record.max_restarts,

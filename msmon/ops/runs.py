@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
-from msmon.anomaly import rollbacks_of
 from msmon.errors import MsmonError
 from msmon.ops.ranks import RankReport, first_heartbeat, report, summary
+from msmon.run_record import RunRecord, read_run_record
 from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.files import subdirs
-from msmon.util.jsonfiles import read_json_object, read_jsonl_tail
+from msmon.util.jsonfiles import read_jsonl_tail
 from msmon.util.numbers import as_number
 
 STALE_AFTER_S = 600.0
@@ -76,14 +76,14 @@ def find_run_dirs(save_dir: Path) -> list[Path]:
     return found
 
 
-def read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
-    """A JSON object from ``path``; None (and a note in ``problems``) when missing or half-written."""
+def read_record(path: Path, problems: list[str]) -> RunRecord | None:
+    """The run.json of the run at ``path``; None (and a note in ``problems``) when missing or half-written."""
     try:
-        return read_json_object(path)
+        return read_run_record(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        problems.append(f"{path.name} unreadable")
+        problems.append(f"{layout.RUN_JSON} unreadable")
         return None
 
 
@@ -111,18 +111,6 @@ def _count_lines(path: Path) -> int | None:
         return None
 
 
-def _time(value: Any) -> datetime | None:
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return parsed if parsed.tzinfo else parsed.astimezone()
-    if isinstance(value, int | float) and math.isfinite(value):
-        return datetime.fromtimestamp(value).astimezone()
-    return None
-
-
 def last_modified(path: Path) -> float:
     """The newest mtime of the directory and the files in it (symlinks not followed)."""
     newest = 0.0
@@ -135,11 +123,14 @@ def last_modified(path: Path) -> float:
     return newest
 
 
-def is_stale(heartbeat: dict | None, run: dict | None, start: datetime | None, age_s: float | None,
+def is_stale(heartbeat: dict | None, run: RunRecord | None, start: datetime | None, age_s: float | None,
              stale_after_s: float) -> bool:
     """A running run is stale when its pid is gone on this host, else when its heartbeat is too old."""
-    source = heartbeat or run or {}
-    host, pid = source.get("host", (run or {}).get("host")), source.get("pid", (run or {}).get("pid"))
+    recorded = run or RunRecord()
+    if heartbeat:
+        host, pid = heartbeat.get("host", recorded.host), heartbeat.get("pid", recorded.pid)
+    else:
+        host, pid = recorded.host, recorded.pid
     if procs.on_this_host(host) and isinstance(pid, int):
         return not procs.pid_running(pid, None if start is None else start.timestamp() + 5)
     return age_s is None or age_s > stale_after_s
@@ -149,42 +140,42 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     """Summarise one run directory; never raises on a bad or missing file."""
     now = time.time() if now is None else now
     problems: list[str] = []
-    run = read_json(path / layout.RUN_JSON, problems)
+    run = read_record(path, problems)
+    recorded = run or RunRecord()
     heartbeat = first_heartbeat(path)
     rel = path.relative_to(save_dir).parts if path != save_dir else (path.parent.name, path.name)
-    project = str((run or {}).get("project_name") or (rel[0] if len(rel) > 1 else "-"))
+    project = recorded.project_name or (rel[0] if len(rel) > 1 else "-")
     if run is None and "run.json unreadable" not in problems:
         problems.append("no run.json")
     modified = last_modified(path)
-    start, end = _time((run or {}).get("start_time")), _time((run or {}).get("end_time"))
+    start, end = recorded.started_at, recorded.ended_at
     beat = as_number((heartbeat or {}).get("alive"))  # refreshed every second by the rank's own thread
     heartbeat_age_s = now - beat if beat is not None else None
     metric = last_records(path / layout.METRICS, ("loss", "step"))
-    steps = [(run or {}).get("last_step"), (heartbeat or {}).get("ended"), metric.get("step", {}).get("step")]
+    steps = [recorded.last_step, (heartbeat or {}).get("ended"), metric.get("step", {}).get("step")]
     known = [int(s) for s in steps if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)]
     ranks = report(path, now)
     alerts = _count_lines(path / layout.ALERTS)
     status, stale = "unknown", False
-    recorded = (run or {}).get("status")
-    if recorded == RunStatus.RUNNING or (recorded is None and heartbeat is not None):
+    if recorded.status is RunStatus.RUNNING or (recorded.status is None and heartbeat is not None):
         age = heartbeat_age_s
         if age is None:
             age = now - (start.timestamp() if start else modified)
         stale = is_stale(heartbeat, run, start, age, stale_after_s)
         status = "stale" if stale else RunStatus.RUNNING.value
-    elif isinstance(recorded, str):
-        status = recorded
+    elif recorded.status is not None:
+        status = recorded.status.value
     duration_s = None
     if start is not None:
         finished = end.timestamp() if end else (now if status == RunStatus.RUNNING else beat or modified)
         duration_s = max(0.0, finished - start.timestamp())
     return RunInfo(
-        path=path, project=project, run=str((run or {}).get("run_name") or path.name), problems=problems,
+        path=path, project=project, run=recorded.run_name or path.name, problems=problems,
         status=status, stale=stale, start=start, end=end, duration_s=duration_s, last_modified=modified,
         heartbeat_age_s=heartbeat_age_s, last_step=max(known) if known else None,
         last_loss=as_number(metric.get("loss", {}).get("loss")),
-        alert_count=alerts if alerts is not None else (run or {}).get("alert_count"),
-        rollbacks=len(rollbacks_of(run or {})), ranks=[state.to_json(now) for state in ranks.states],
+        alert_count=alerts if alerts is not None else recorded.alert_count,
+        rollbacks=len(recorded.rollbacks), ranks=[state.to_json(now) for state in ranks.states],
         ranks_summary=summary(ranks.states),
     )
 

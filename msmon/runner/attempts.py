@@ -31,17 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
-from msmon.anomaly import Anomaly, Rollback, data_position, rollbacks_of
+from msmon.anomaly import Anomaly, data_position
 from msmon.compat.parallel import data_steps
 from msmon.health import make_sinks
 from msmon.health.alert import Alert
 from msmon.ops.ranks import read_heartbeats
-from msmon.runner import results, rollback, rundir, runinfo
-from msmon.runner.attempt_entries import RESTART, RESUME, ROLLBACK, START, begin, carried_over, end
+from msmon.run_record import AttemptReason, RunRecord, write_run_record
+from msmon.runner import rollback, rundir
+from msmon.runner.attempt_entries import begin, carried_over, replace_last
 from msmon.runner.lifecycle import Lifecycle
 from msmon.runner.plan import RunPlan
-from msmon.runner.protocol import RankResult, RankSpec, read_results
-from msmon.runner.results import RunResult
+from msmon.runner.protocol import RankResult, RankSpec
+from msmon.runner.results import RankResults, RunResult
 from msmon.runner.resume import ResumePoint, latest_checkpoint, resume_overrides, training_layout
 from msmon.runner.training_process import TrainingProcess
 from msmon.status import Attempt
@@ -98,45 +99,46 @@ class AttemptLoop:
         self.react = react  # the supervisor's poll: signals, the rank watcher, the board
         self.restarted = restarted  # the supervisor forgets the earlier attempt's ranks and monitor stop
         self.monitor_stop = monitor_stop
-        self.info: dict[str, Any] = {}
-        self.entry: dict[str, Any] = {}
+        self.record = RunRecord()
+        self.last_step: int | None = None  # the current attempt's last step seen
         self.started = time.time()
 
-    def open(self, info: dict[str, Any], previous: dict[str, Any] | None) -> None:
-        """At the creation of the run (``info``: its run.json, kept up to date here): the attempts an earlier
-        run.json of this directory lists, the run's layout, and the first attempt of this ``msmon run`` (from
-        ``plan.resume_point`` with --resume)."""
-        self.info = info
+    def open(self, record: RunRecord, previous: RunRecord | None) -> None:
+        """At the creation of the run (``record``: its run.json, kept up to date here): the attempts and rollbacks
+        an earlier run.json of this directory lists, the run's layout, and the first attempt of this ``msmon run``
+        (from ``plan.resume_point`` with --resume)."""
         earlier = carried_over(previous)
-        if earlier and previous:
-            info.update(attempts=earlier, start_time=previous.get("start_time") or info["start_time"])
-        if previous and previous.get("rollbacks"):
-            info["rollbacks"] = [entry.to_json() for entry in rollbacks_of(previous)]
-        info["layout"] = training_layout(self.plan.training, self.plan.request.worker_num or 1)
+        if earlier and previous is not None:
+            record = dataclasses.replace(record, attempts=earlier,
+                                         start_time=previous.start_time or record.start_time)
+        self.record = dataclasses.replace(
+            record, rollbacks=previous.rollbacks if previous is not None else (),
+            layout=training_layout(self.plan.training, self.plan.request.worker_num or 1))
         point = self.plan.resume_point
-        self._begin(point, RESUME if point else START, supersede=point is not None)
+        self._begin(point, AttemptReason.RESUME if point else AttemptReason.START, supersede=point is not None)
 
-    def _begin(self, point: ResumePoint | None, reason: str, *, supersede: bool) -> None:
+    def _begin(self, point: ResumePoint | None, reason: AttemptReason, *, supersede: bool) -> None:
         """Move the records after the resume step aside, add the attempt to run.json, prepare its process."""
         step = point.step if point else None
         if supersede and not self.plan.request.joins_run:  # node 0 owns the metrics of a multi-machine run
-            moved = rundir.supersede(self.run_dir, step or 0, len(self.info.get("attempts") or []))
+            moved = rundir.supersede(self.run_dir, step or 0, len(self.record.attempts))
             if moved:
                 logger.info("msmon: %d records after step %s kept aside (superseded)", moved, step or 0)
         if supersede:
             self.restarted()  # the rank watcher forgets the earlier attempt's ranks
-        self.entry = begin(self.info, resumed_from=point.to_json() if point else None, reason=reason)
-        position = data_position(rollbacks_of(self.info), point.step) if point is not None else None
+        self.record = begin(self.record, point, reason)
+        position = data_position(self.record.rollbacks, point.step) if point is not None else None
         resuming = resume_overrides(point, self.run_dir, self.plan.training, position) if point is not None else []
         rundir.write_mindformers_yaml(self.run_dir, self.plan.loaded, resuming)
         # a restart without a checkpoint trains from step 0 again: the backends still continue from there
-        attempt = Attempt(self.entry["attempt"], step if step is not None or not supersede else 0, reason == ROLLBACK)
+        attempt = Attempt(self.record.attempts[-1].attempt, step if step is not None or not supersede else 0,
+                          reason is AttemptReason.ROLLBACK)
         self.training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
         self.started = time.time()
 
     def _write(self) -> None:
         try:
-            runinfo.write_run_info(self.run_dir, self.info, self.plan.request.run_json)
+            write_run_record(self.run_dir, self.record, self.plan.request.run_json)
         except OSError as exc:
             logger.warning("msmon: cannot update %s: %s", layout.RUN_JSON, exc)
 
@@ -147,11 +149,11 @@ class AttemptLoop:
             self.lifecycle.begin_attempt()
             result = self.training.run(on_poll=self.react)
             self.react()
-            ranks = read_results(self.run_dir)
-            last = last_step_seen(self.run_dir, ranks, self.started)
-            self.entry["last_step"] = last
+            ranks = RankResults.read(self.run_dir)
+            last = last_step_seen(self.run_dir, ranks.by_rank, self.started)
+            self.last_step = last
             self._account_rollback()
-            start = self.entry.get("resumed_from_step") or 0
+            start = self.record.attempts[-1].resumed_from_step or 0
             due = self.lifecycle.attempt_ended(result, monitor_stop=self.monitor_stop(),
                                                progressed=last is not None and last > start)
             if due is None:
@@ -171,14 +173,14 @@ class AttemptLoop:
             if not self._wait(delay):
                 self.lifecycle.backoff_interrupted()
                 return
-            self._begin(point, RESTART, supersede=True)
+            self._begin(point, AttemptReason.RESTART, supersede=True)
             self._write()
 
     def _roll_back(self, cause: str, anomaly: Anomaly) -> bool:
         """The next attempt from the checkpoint before the anomaly, the data after it skipped; False when there is
         none (the run ends stopped) or a signal came."""
-        number = int(self.entry["attempt"])
-        earlier = rollbacks_of(self.info)
+        number = self.record.attempts[-1].attempt
+        earlier = self.record.rollbacks
         settings = self.plan.settings.health.rollback
         data_end = self._data_end()
         try:
@@ -196,7 +198,7 @@ class AttemptLoop:
         if moved:
             logger.info("msmon: %d checkpoint files after step %d kept aside (%s)", moved, point.step,
                         layout.superseded_checkpoints(self.run_dir, number))
-        self.info.setdefault("rollbacks", []).append(made.to_json())
+        self.record = dataclasses.replace(self.record, rollbacks=(*earlier, made))
         samples = f", {made.skipped_samples} samples" if made.skipped_samples is not None else ""
         margin = made.skip_to - data_position(earlier, anomaly.alert_step)
         shortened = "" if margin >= settings.skip_steps else (
@@ -213,7 +215,7 @@ class AttemptLoop:
             self.lifecycle.backoff_interrupted()
             self._write()
             return False
-        self._begin(point, ROLLBACK, supersede=True)
+        self._begin(point, AttemptReason.ROLLBACK, supersede=True)
         self._write()
         return True
 
@@ -226,27 +228,29 @@ class AttemptLoop:
 
     def _account_rollback(self) -> None:
         """The time the rollback that started this attempt cost, once the attempt logged a step."""
-        entries = self.info.get("rollbacks") or []
-        if not entries or entries[-1].get("attempt") != self.entry.get("attempt"):
+        made = self.record.rollbacks[-1] if self.record.rollbacks else None
+        if made is None or made.attempt != self.record.attempts[-1].attempt or made.time_lost_s is not None:
             return
-        made = Rollback.from_json(entries[-1])
-        if made.time_lost_s is None:
-            entries[-1]["time_lost_s"] = rollback.time_lost(self.run_dir, made, self.started)
+        lost = rollback.time_lost(self.run_dir, made, self.started)
+        self.record = dataclasses.replace(
+            self.record, rollbacks=(*self.record.rollbacks[:-1], dataclasses.replace(made, time_lost_s=lost)))
 
-    def _end(self, result: RunResult, ranks: dict[int, RankResult], last: int | None) -> None:
-        summed = results.totals(ranks)
-        end(self.entry, status=result.status.value, exit_code=int(self.lifecycle.exit_code(result.status)),
-                     last_step=last, alert_count=summed.alert_count, dropped_records=summed.dropped_records,
-                     internal_errors=summed.internal_errors.count, error=result.error,
-                     framework_warnings=summed.framework_warnings, framework_errors=summed.framework_errors,
-                     records_lost=results.backend_accounting(ranks)["records_lost"])
+    def _end(self, result: RunResult, ranks: RankResults, last: int | None) -> None:
+        summed = ranks.totals
+        closed = self.record.attempts[-1].ended(
+            status=result.status, exit_code=int(self.lifecycle.exit_code(result.status)), last_step=last,
+            error=result.error, counts={
+                "alert_count": summed.alert_count, "dropped_records": summed.dropped_records,
+                "internal_errors": summed.internal_errors.count, "framework_warnings": summed.framework_warnings,
+                "framework_errors": summed.framework_errors, "records_lost": ranks.accounting.records_lost or 0})
+        self.record = replace_last(self.record, closed)
 
     def _alert_restart(self, cause: str, point: ResumePoint | None, delay: float, last: int | None) -> None:
         step = point.step if point else 0
         where = f"step {step} ({point.path})" if point else "the start (no complete checkpoint)"
         message = (f"the training {cause}; restarting from {where} in {delay:g} s "
                    f"(restart {self.lifecycle.restarts} of {self.policy.max_restarts})")
-        values = {"attempt": len(self.info.get("attempts") or []) + 1, "restart": self.lifecycle.restarts,
+        values = {"attempt": len(self.record.attempts) + 1, "restart": self.lifecycle.restarts,
                   "max_restarts": self.policy.max_restarts, "resumed_from_step": step,
                   "checkpoint": str(point.path) if point else None, "last_step": last, "delay_s": delay}
         self._announce(RESTART_DETECTOR, step, message, values)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon.anomaly import Anomaly, StopRequest
-from msmon.runner.protocol import RankResult
+from msmon.runner.protocol import BackendAccounting, RankResult, read_results
 from msmon.status import RunStatus
 from msmon.util.internal_errors import InternalErrors
 
@@ -61,17 +60,6 @@ def decide(
     return RunResult(RunStatus.COMPLETED, stop=pending)  # a rollback detector's stop at the very last step
 
 
-def backend_accounting(results: dict[int, RankResult]) -> dict[str, Any]:
-    """What the backends kept and lost, over the ranks (run.json's keys): ``records_lost`` (summed),
-    ``backends_failed_to_close`` (every rank's), ``backends`` (the lowest writing rank's per-backend counts)."""
-    writing = [results[rank].accounting for rank in sorted(results) if results[rank].accounting.backends]
-    return {
-        "records_lost": sum(r.accounting.records_lost or 0 for r in results.values()),
-        "backends_failed_to_close": sorted({name for r in results.values() for name in r.accounting.failed_to_close}),
-        "backends": writing[0].backends if writing else {},
-    }
-
-
 @dataclass(frozen=True)
 class Totals:
     """An attempt's sums over its ranks."""
@@ -99,3 +87,29 @@ def totals(results: dict[int, RankResult]) -> Totals:
         sum(r.framework_warnings for r in results.values()),
         sum(r.framework_errors for r in results.values()),
     )
+
+
+@dataclass(frozen=True)
+class RankResults:
+    """The results one attempt's ranks left (``logs/rank_N.result.json``), read once when its training process
+    ended and handed on as this value (the attempt's status, its run.json entry, the run's end)."""
+
+    by_rank: dict[int, RankResult] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RankResults:
+        return cls(read_results(run_dir))
+
+    @property
+    def totals(self) -> Totals:
+        return totals(self.by_rank)
+
+    @property
+    def accounting(self) -> BackendAccounting:
+        """What the backends kept and lost over the ranks: records lost (summed), the backends that failed to close
+        (every rank's), the per-backend counts of the lowest rank that wrote."""
+        ranks = self.by_rank
+        writing = [ranks[rank].accounting for rank in sorted(ranks) if ranks[rank].accounting.backends]
+        return BackendAccounting(
+            writing[0].backends if writing else {}, sum(r.accounting.records_lost or 0 for r in ranks.values()),
+            tuple(sorted({name for r in ranks.values() for name in r.accounting.failed_to_close})))

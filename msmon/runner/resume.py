@@ -29,9 +29,9 @@ from msmon.compat.checkpoint_file import FORMATS, CheckpointFile, Incomplete, re
 from msmon.compat.template import checkpoint_saving
 from msmon.config.loader import override_value
 from msmon.errors import ExitCode, MsmonError, describe
+from msmon.run_record import RunRecord, recorded
 from msmon.status import RunStatus
 from msmon.util import procs
-from msmon.util.jsonfiles import read_json_object
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
@@ -238,32 +238,23 @@ def link_to(target: Path, link: Path) -> None:
         shutil.copyfile(target, link)
 
 
-def recorded_info(run_dir: Path) -> dict[str, Any] | None:
-    """The run's run.json, or None when it has none (or it is unreadable)."""
-    try:
-        return read_json_object(run_dir / layout.RUN_JSON)
-    except (OSError, ValueError):
-        return None
-
-
-def still_running(info: Mapping[str, Any]) -> bool:
-    """Whether the ``msmon run`` that wrote ``info`` still runs on this host."""
-    pid = info.get("pid")
-    if info.get("status") != RunStatus.RUNNING or info.get("host") != socket.gethostname():
+def still_running(record: RunRecord) -> bool:
+    """Whether the ``msmon run`` that wrote ``record`` still runs on this host."""
+    pid = record.pid
+    if record.status is not RunStatus.RUNNING or record.host != socket.gethostname() or pid is None:
         return False
     if not procs.pid_running(pid):
         return False
-    return any("msmon" in part for part in procs.cmdline(psutil.Process(int(pid))))  # type: ignore[arg-type]
+    return any("msmon" in part for part in procs.cmdline(psutil.Process(pid)))
 
 
-def check_not_completed(info: Mapping[str, Any], run_dir: Path, *, total_steps: int | None,
-                        further: str) -> None:
+def check_not_completed(record: RunRecord, run_dir: Path, *, total_steps: int | None, further: str) -> None:
     """MsmonError (exit 1) when the run completed and the plan (``total_steps``) has no step past its last one;
     ``further``: the command that trains it further (the hint)."""
-    if info.get("status") != RunStatus.COMPLETED:
+    if record.status is not RunStatus.COMPLETED:
         return
-    last = info.get("last_step")
-    if isinstance(last, int) and total_steps is not None and total_steps > last:
+    last = record.last_step
+    if last is not None and total_steps is not None and total_steps > last:
         return
     raise MsmonError(f"run {run_dir} completed at step {last}; nothing to resume",
                      f"to train it further, give it more steps and resume it: {further}")
@@ -280,7 +271,7 @@ def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
                  further: str, joins_run: bool = False) -> ResumePoint:
     """The checkpoint the run at ``run_dir`` resumes from; MsmonError saying why there is none that fits (a completed
     run whose plan has no step past its end: ``check_not_completed``)."""
-    info = recorded_info(run_dir)
+    info = recorded(run_dir)
     if not joins_run:  # node 0 owns run.json; the other machines of a multi-machine run join the directory
         if info is None and not run_dir.is_dir():
             raise MsmonError(f"nothing to resume at {run_dir}: no run directory", GENERATED_NAME_HINT)
@@ -288,7 +279,7 @@ def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
             raise MsmonError(f"nothing to resume at {run_dir}: no readable run.json",
                              "it is not the run directory of an `msmon run`; start a new run")
         if still_running(info):
-            raise MsmonError(f"run {run_dir} is still running (msmon pid {info.get('pid')})",
+            raise MsmonError(f"run {run_dir} is still running (msmon pid {info.pid})",
                              "stop it first (Ctrl-C in its terminal), or watch it with `msmon runs`")
         check_not_completed(info, run_dir, total_steps=total_steps, further=further)
     point = latest_checkpoint(run_dir)
@@ -296,5 +287,5 @@ def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int,
         hint = ("add a CheckpointMonitor callback to the config (save_checkpoint_steps) so a run can be resumed"
                 if checkpoint_saving(training) is None else "the run ended before it saved its first checkpoint")
         raise MsmonError(f"no complete checkpoint to resume from in {run_dir / layout.CHECKPOINTS}", hint)
-    check_fits(point, training, world_size, (info or {}).get("layout"))
+    check_fits(point, training, world_size, info.layout if info is not None else None)
     return point

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -17,14 +18,14 @@ from msmon.anomaly import StopRequest
 from msmon.config.loader import is_quickstart
 from msmon.errors import describe
 from msmon.ops.backup import backup_config
-from msmon.runner import attempt_entries, results, rundir, runinfo, stacks
+from msmon.run_record import recorded, write_run_record
+from msmon.runner import results, rundir, runinfo, stacks
 from msmon.runner.attempts import AttemptLoop
 from msmon.runner.board_beside import BoardBeside
 from msmon.runner.lifecycle import Lifecycle
 from msmon.runner.plan import RunPlan
-from msmon.runner.protocol import RankSpec, ViewOptions, read_results
+from msmon.runner.protocol import RankSpec, ViewOptions
 from msmon.runner.rank_watch import RankWatcher
-from msmon.runner.resume import recorded_info
 from msmon.status import Attempt, RunStatus
 from msmon.util import internal_errors, logs
 from msmon.util.files import SpaceReserve
@@ -53,7 +54,6 @@ class Run:
     def __init__(self, plan: RunPlan, say: Callable[[str], None], view: ViewOptions) -> None:
         self.plan = plan
         self.say = say
-        self.info: dict[str, Any] = {}
         self.board = BoardBeside(plan, say)
         spec = RankSpec(
             run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=plan.request.worker_num or 1,
@@ -84,12 +84,12 @@ class Run:
         self.reserve = SpaceReserve(run_dir / layout.RESERVE)
         logs.tolerate_unwritable_log_files()
         self._log_handler = logs.attach(logs.file_handler(run_dir / layout.MSMON_LOG))
-        previous = None if new or plan.request.joins_run else recorded_info(run_dir)
+        previous = None if new or plan.request.joins_run else recorded(run_dir)
         rundir.write_snapshot(
             run_dir, plan.loaded.text or "", plan.result.monitor_config(), plan.loaded.section("monitor_config")
         )
         self._backup()
-        self.info = runinfo.start_info(
+        record = runinfo.started(
             config_path=str(plan.config_file),
             project_name=plan.settings.project_name, run_name=str(plan.settings.run_name), run_dir=run_dir,
             command=plan.request.command,
@@ -97,10 +97,10 @@ class Run:
             device_count=plan.request.worker_num or 1, total_steps=plan.result.total_steps, cwd=plan.cwd,
             pid=os.getpid(),
         )
-        self.info["launch"] = "command" if plan.request.launch else "msmon"  # command: msmon run CONFIG -- COMMAND
-        self.info["request"] = plan.request.resume_record().to_json()  # what msmon resume replays
-        self.attempts.open(self.info, previous)
-        runinfo.write_run_info(run_dir, self.info, plan.request.run_json)
+        self.attempts.open(dataclasses.replace(
+            record, launch="command" if plan.request.launch else "msmon",  # command: msmon run CONFIG -- COMMAND
+            request=plan.request.resume_record().to_json()), previous)  # what msmon resume replays
+        write_run_record(run_dir, self.attempts.record, plan.request.run_json)
         logger.info("msmon: run %s started in %s", plan.settings.run_name, run_dir)
 
     def _backup(self) -> None:
@@ -205,31 +205,25 @@ class Run:
         if self._done:
             return Outcome(status, code, self.plan.run_dir, error)
         self._done = True
-        ranks = read_results(self.plan.run_dir)
-        summed = results.totals(ranks)
+        ranks = results.RankResults.read(self.plan.run_dir)
         self.watcher.close()
-        stacks.remove_unused(self.plan.run_dir, sorted(ranks))
+        stacks.remove_unused(self.plan.run_dir, sorted(ranks.by_rank))
         self.board.stop()
-        self.info = runinfo.finish_info(
-            self.info, status=status, exit_code=code, last_step=summed.last_step,
-            dropped_records=summed.dropped_records, alert_count=summed.alert_count + self.watcher.alert_count,
-            error=error, internal=internal_errors.seen() + summed.internal_errors,
-            accounting=results.backend_accounting(ranks), note=note,
-            framework=(summed.framework_warnings, summed.framework_errors),
-        )
-        self.info = attempt_entries.finish(self.info)
+        record = self.attempts.record = runinfo.finished(
+            self.attempts.record, ranks, status=status, exit_code=code, watcher_alerts=self.watcher.alert_count,
+            error=error, internal=internal_errors.seen(), attempt_last_step=self.attempts.last_step, note=note)
         if self.reserve is not None:
             self.reserve.release()
         try:
-            runinfo.write_run_info(self.plan.run_dir, self.info, self.plan.request.run_json)
+            write_run_record(self.plan.run_dir, record, self.plan.request.run_json)
         except OSError as exc:
             logger.error("msmon: cannot write %s: %s", self.plan.run_dir / self.plan.request.run_json, describe(exc))
-        logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, summed.last_step)
+        logger.info("msmon: run ended: %s (exit %d, last step %s)", status, code, record.last_step)
         self._tell_the_chat(status, int(code), error, killed_by)
         if self._log_handler is not None:
             logs.detach(self._log_handler)
             self._log_handler = None
-        return Outcome(status, code, self.plan.run_dir, error, summed.last_step, note)
+        return Outcome(status, code, self.plan.run_dir, error, record.last_step, note)
 
 
     def _tell_the_chat(self, status: RunStatus, code: int, error: str | None, killed_by: int | None) -> None:
@@ -240,9 +234,9 @@ class Run:
             return
         from msmon.health.chat.sink import ended_message, send_ended
 
-        info = self.info
-        message = ended_message(self.plan.run_dir, status, code, info.get("last_step"), info.get("total_steps"),
-                                int(info.get("alert_count") or 0), error, killed_by)
+        record = self.attempts.record
+        message = ended_message(self.plan.run_dir, status, code, record.last_step, record.total_steps,
+                                record.alert_count or 0, error, killed_by)
         send_ended(alerts.chat, self.plan.run_dir, message, alerts.webhook_timeout_s)
 
 
