@@ -9,6 +9,7 @@ Every import counts, also the ones inside functions.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,20 @@ def test_one_name_for_the_json_option() -> None:
                             isinstance(a, ast.Constant) and a.value == "--json" for a in default.args):
                         names.add(arg.arg)
     assert names == {"as_json"}
+
+
+#: Modules that read run.json as a plain object: the report shows every key as written (view.series).
+RUN_JSON_AS_DICT = {"view.series"}
+
+
+def test_run_json_is_read_and_written_through_its_one_owner() -> None:
+    """run.json's format lives in msmon.run_record (RunRecord, AttemptEntry, frozen); no other module parses or
+    writes the file itself."""
+    from msmon.run_record import AttemptEntry, RunRecord
+
+    for cls in (RunRecord, AttemptEntry):
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+    raw = [f"{name}:{node.lineno}" for name, tree in _parsed() if name not in {"run_record", *RUN_JSON_AS_DICT}
+           for node in ast.walk(tree) if isinstance(node, ast.Call) and "RUN_JSON" in ast.unparse(node)
+           and any(word in ast.unparse(node.func) for word in ("read_json", "write_json", "json.load"))]
+    assert raw == []

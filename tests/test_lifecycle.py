@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from msmon.anomaly import Anomaly, StopRequest
-from msmon.runner.lifecycle import Ending, Lifecycle, Phase
+from msmon.runner.lifecycle import Ending, Lifecycle, Phase, SignalAction
 from msmon.runner.results import RunResult
 from msmon.status import RunStatus
 
@@ -81,7 +81,7 @@ def test_a_restarted_attempt_that_completes_ends_the_run_completed() -> None:
 def test_a_signal_forbids_restarts_and_makes_the_run_interrupted(signum: int, code: int) -> None:
     life = Lifecycle(max_restarts=3)
     life.begin_attempt()
-    assert life.signalled(signum, signal.Signals(signum).name) == 1
+    assert life.signalled(signum, signal.Signals(signum).name) is SignalAction.STOP
     assert life.attempt_ended(FAILED, monitor_stop=None, progressed=True) is None  # a failure while stopping
     assert life.ending() == Ending(RunStatus.FAILED, "RuntimeError: boom", 3)  # a failure stays a failure
     other = Lifecycle(max_restarts=3)
@@ -94,9 +94,10 @@ def test_a_signal_forbids_restarts_and_makes_the_run_interrupted(signum: int, co
 def test_a_second_signal_names_itself_and_a_third_changes_nothing() -> None:
     life = Lifecycle(max_restarts=0)
     life.begin_attempt()
-    counts = [life.signalled(signal.SIGINT, "SIGINT"), life.signalled(signal.SIGTERM, "SIGTERM"),
-              life.signalled(signal.SIGTERM, "SIGTERM")]
-    assert counts == [1, 2, 3] and life.signal == signal.SIGINT and life.forced_by == "SIGTERM"
+    actions = [life.signalled(signal.SIGINT, "SIGINT"), life.signalled(signal.SIGTERM, "SIGTERM"),
+               life.signalled(signal.SIGTERM, "SIGTERM")]
+    assert actions == [SignalAction.STOP, SignalAction.FORCE, SignalAction.NONE]
+    assert life.signal == signal.SIGINT and life.forced_by == "SIGTERM"
     life.attempt_ended(RunResult(RunStatus.INTERRUPTED), monitor_stop=None, progressed=True)
     assert life.ending() == Ending(RunStatus.INTERRUPTED, "forced by a second SIGTERM", 130)
 

@@ -30,7 +30,8 @@ from msmon.runner.protocol import (
     read_results,
     write_result,
 )
-from msmon.runner.supervise import Run
+from msmon.runner.results import RankResults
+from msmon.runner.supervise import Supervisor
 from msmon.status import Attempt, RunStatus, exit_code, rank_exit_code
 from msmon.util import internal_errors
 from msmon.validate.validator import validate_config
@@ -121,12 +122,12 @@ def test_run_json_and_the_ending_count_the_ranks_internal_errors(tmp_path: Path,
     config = write_quickstart_config(tmp_path, steps=10, run_name="counted")
     _, plan = prepare(RunRequest(config=str(config)))
     assert plan is not None
-    run = Run(plan, say=lambda line: None, view=ViewOptions())
+    run = Supervisor(plan, say=lambda line: None, view=ViewOptions())
     run.create()
     write_result(plan.run_dir, RankResult(0, RunStatus.COMPLETED, last_step=10, internal_errors=(
         internal_errors.InternalErrors(3, "listener LiveView.on_record: KeyError: 'loss'"))))
     internal_errors.report("the rank watcher", RuntimeError("boom"))
-    run.finish(RunStatus.COMPLETED)
+    run.finish(RunStatus.COMPLETED, RankResults.read(plan.run_dir))  # the attempt's results, read once
     info = json.loads((plan.run_dir / "run.json").read_text())
     assert (info["internal_errors"], info["first_internal_error"]) == (4, "the rank watcher: RuntimeError: boom")
     assert info["attempts"][-1]["internal_errors"] == 4

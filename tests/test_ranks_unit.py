@@ -253,15 +253,21 @@ def test_innermost_frame_skips_msmon_and_picks_the_training_thread() -> None:
 
 
 # -- the rank watcher on heartbeat files -------------------------------------------------------------------------
-def watcher(run_dir: Path, stopped: list[StopRequest], **health) -> RankWatcher:
+def watcher(run_dir: Path, **health) -> RankWatcher:
     settings = MonitorSettings()
     stall = {"timeout_s": 2.0, "poll_s": 0.05, **health}
     from msmon.config.coerce import build
 
     settings, findings = build(MonitorSettings, {"health": {"stall": stall}}, "monitor_config")
     assert not findings
-    return RankWatcher(run_dir, settings, {}, pipeline=PipelineLayout(2), writer_rank=0, node_rank=None,
-                       local_ranks=dict, request_stop=stopped.append)
+    return RankWatcher(run_dir, settings, {}, pipeline=PipelineLayout(2), writer_rank=0, node_rank=None)
+
+
+def poll(watch: RankWatcher, stopped: list[StopRequest]) -> None:
+    """One poll as the supervisor makes it (no local rank); each new stop the watcher asks for goes in ``stopped``."""
+    stop = watch.poll({})
+    if stop is not None and not any(earlier is stop for earlier in stopped):
+        stopped.append(stop)
 
 
 def write_beats(run_dir: Path, beats: dict[int, dict]) -> None:
@@ -277,16 +283,16 @@ def alerts(run_dir: Path) -> list[dict]:
 
 def test_the_watcher_raises_one_stall_alert_naming_the_rank(tmp_path: Path) -> None:
     stopped: list[StopRequest] = []
-    watch = watcher(tmp_path, stopped)
+    watch = watcher(tmp_path)
     now = time.time()
     write_beats(tmp_path, {0: beat(21, 20, now, ended_ago=1.0), 1: beat(20, 20, now, ended_ago=1.0)})
-    watch.poll()
+    poll(watch, stopped)
     assert alerts(tmp_path) == []  # 1 s idle, timeout 2 s
     write_beats(tmp_path, {0: beat(21, 20, now, ended_ago=3.0, step_seconds=[0.1]),
                            1: beat(20, 20, now, ended_ago=3.0, begun_ago=4.0)})
     for _ in range(3):
         watch._next = 0.0
-        watch.poll()
+        poll(watch, stopped)
     found = alerts(tmp_path)
     assert len(found) == 1 and found[0]["detector"] == "stall" and found[0]["step"] == 20
     assert "rank 1 has not begun step 21" in found[0]["message"] and found[0]["values"]["stuck_ranks"] == [1]
@@ -297,11 +303,11 @@ def test_the_stall_names_the_last_step_the_records_and_heartbeats_say_ended(tmp_
     """A process frozen just after a log keeps a heartbeat up to a second old: it said "last step 43 ended" while step
     50 was logged after it. The alert and `msmon status` name step 50 and its time."""
     stopped: list[StopRequest] = []
-    watch = watcher(tmp_path, stopped)
+    watch = watcher(tmp_path)
     now = time.time()
     write_beats(tmp_path, {0: beat(44, 43, now, alive_age=20.0, ended_ago=20.0, step_seconds=[0.02])})
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 50, "time": now - 19.5, "rank": 0, "loss": 2.0}) + "\n")
-    watch.poll()
+    poll(watch, stopped)
     found = alerts(tmp_path)
     assert [a["step"] for a in found] == [50], found
     assert "last step 50 ended" in found[0]["message"] and found[0]["values"]["last_step_time"] == now - 19.5
@@ -313,56 +319,56 @@ def test_the_stall_names_the_last_step_the_records_and_heartbeats_say_ended(tmp_
 
 def test_the_watcher_is_quiet_once_every_planned_step_has_ended(tmp_path: Path) -> None:
     """Closing (the last checkpoint, the backends) may take longer than the timeout: no stall after the last step."""
-    watch = watcher(tmp_path, [])
+    watch = watcher(tmp_path)
     now = time.time()
     write_beats(tmp_path, {r: beat(30, 30, now, ended_ago=60.0, total_steps=30, step_seconds=[0.1]) for r in (0, 1)})
-    watch.poll()
+    poll(watch, [])
     assert alerts(tmp_path) == []
     write_beats(tmp_path, {r: beat(30, 29, now, ended_ago=60.0, total_steps=30, step_seconds=[0.1]) for r in (0, 1)})
     watch._next = 0.0
-    watch.poll()
+    poll(watch, [])
     assert [a["detector"] for a in alerts(tmp_path)] == ["stall"]  # the control: one step short, it is a stall
 
 
 def test_no_stall_before_the_first_step_with_a_short_timeout(tmp_path: Path) -> None:
-    watch = watcher(tmp_path, [], first_step_timeout_s=100.0)
+    watch = watcher(tmp_path, first_step_timeout_s=100.0)
     watch._started -= 30.0  # 30 s of compilation
     write_beats(tmp_path, {0: {"state": "starting", "alive": time.time(), "begun": 0, "ended": 0}})
-    watch.poll()
+    poll(watch, [])
     assert alerts(tmp_path) == []
 
 
 def test_the_watcher_names_a_rank_whose_loss_is_nan(tmp_path: Path) -> None:
-    watch = watcher(tmp_path, [])
+    watch = watcher(tmp_path)
     now = time.time()
     nan = {"step": 30, "time": now, "loss": math.nan, "grad_norm": 1.0}
     write_beats(tmp_path, {0: beat(31, 30, now, ended_ago=0.1, logged={"step": 30, "loss": 2.0}),
                            1: beat(31, 30, now, ended_ago=0.1, logged=nan, nonfinite=nan)})
-    watch.poll()
+    poll(watch, [])
     found = alerts(tmp_path)
     assert [a["detector"] for a in found] == ["nonfinite"]
     assert found[0]["message"].startswith("rank 1: loss is NaN") and found[0]["values"]["rank"] == 1
     watch._next = 0.0
-    watch.poll()  # the same record again: no second alert
+    poll(watch, [])  # the same record again: no second alert
     assert len(alerts(tmp_path)) == 1
 
 
 def test_a_late_read_names_the_step_the_nan_began(tmp_path: Path) -> None:
-    watch = watcher(tmp_path, [])
+    watch = watcher(tmp_path)
     now = time.time()
     write_beats(tmp_path, {0: beat(31, 30, now, ended_ago=0.1, logged={"step": 30, "loss": 2.0}),
                            1: beat(31, 30, now, ended_ago=0.1, logged={"step": 30, "loss": math.nan},
                                    nonfinite={"step": 15, "loss": math.nan})})
-    watch.poll()
+    poll(watch, [])
     assert [a["step"] for a in alerts(tmp_path)] == [15]
 
 
 def test_a_pipeline_stage_without_the_loss_is_judged_on_its_grad_norm_only(tmp_path: Path) -> None:
-    watch = watcher(tmp_path, [])
+    watch = watcher(tmp_path)
     watch.pipeline, watch.writer_rank = PipelineLayout(4, 2), 2
     now = time.time()
     write_beats(tmp_path, {0: beat(3, 2, now, ended_ago=0.1, nonfinite={"step": 2, "loss": math.nan})})
-    watch.poll()
+    poll(watch, [])
     assert alerts(tmp_path) == []
 
 
@@ -370,19 +376,19 @@ def test_a_restarted_attempt_is_watched_afresh(tmp_path: Path) -> None:
     """After a restart the dead attempt's heartbeats (still "training", their last step long ago) are gone: no stall
     while the new attempt starts; the same stall again is reported again and stops the run again."""
     stopped: list[StopRequest] = []
-    watch = watcher(tmp_path, stopped, first_step_timeout_s=100.0, action="stop")
+    watch = watcher(tmp_path, first_step_timeout_s=100.0, action="stop")
     now = time.time()
     write_beats(tmp_path, {0: beat(71, 70, now, ended_ago=3.0, step_seconds=[0.1]),
                            1: beat(71, 70, now, ended_ago=3.0, step_seconds=[0.1])})
-    watch.poll()
+    poll(watch, stopped)
     assert [a["step"] for a in alerts(tmp_path)] == [70]
     dead = {r: beat(71, 70, now, ended_ago=30.0, step_seconds=[0.1]) for r in (0, 1)}
     write_beats(tmp_path, dead)
     watch.restart()
     assert not list((tmp_path / "heartbeats").glob("rank_*.json"))
-    watch.poll()
+    poll(watch, stopped)
     assert len(alerts(tmp_path)) == 1  # the new attempt compiles: only first_step_timeout_s applies
     write_beats(tmp_path, dead)  # the new attempt hangs at the same step
     watch._next = 0.0
-    watch.poll()
+    poll(watch, stopped)
     assert [a["step"] for a in alerts(tmp_path)] == [70, 70] and len(stopped) == 2

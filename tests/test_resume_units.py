@@ -43,7 +43,7 @@ from msmon.runner.resume import (
     resume_overrides,
     training_layout,
 )
-from msmon.runner.supervise import Run
+from msmon.runner.supervise import Supervisor
 from msmon.status import Attempt, RunStatus
 from msmon.util.internal_errors import InternalErrors
 
@@ -176,9 +176,9 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
         prepare(RunRequest(config=str(config), resume=True))
     _, plan = prepare(RunRequest(config=str(config)))
     assert plan is not None
-    first = Run(plan, say=lambda line: None, view=ViewOptions())
+    first = Supervisor(plan, say=lambda line: None, view=ViewOptions())
     first.create()
-    first.finish(RunStatus.INTERRUPTED, error=None)
+    first.finish(RunStatus.INTERRUPTED, RankResults(), error=None)
     (plan.run_dir / "metrics.jsonl").write_text('{"step": 10}\n{"step": 20}\n')
     before = sorted(p.name for p in plan.run_dir.rglob("*"))
     with pytest.raises(MsmonError, match="no complete checkpoint"):
@@ -188,12 +188,12 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
     result, resumed = prepare(RunRequest(config=str(config), resume=True))
     assert resumed is not None and resumed.resume_point is not None, [f.message for f in result.findings]
     assert any(line.startswith("resume from:   step 10") for line in resumed.describe())
-    second = Run(resumed, say=lambda line: None, view=ViewOptions())
+    second = Supervisor(resumed, say=lambda line: None, view=ViewOptions())
     second.create()
-    spec = second.attempts.training.spec
+    spec = second.training.spec
     assert yaml.safe_load(spec.mindformers_yaml.read_text())["resume_training"] == "llama_rank_0-1_10.ckpt"
     assert spec.attempt == Attempt(2, 10)
-    second.finish(RunStatus.COMPLETED)
+    second.finish(RunStatus.COMPLETED, RankResults())
     info = json.loads((plan.run_dir / "run.json").read_text())
     assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("interrupted", "start"), ("completed", "resume")]
     assert info["layout"]["world_size"] == 1 and not list(plan.run_dir.glob("run.previous-*"))
@@ -210,9 +210,9 @@ def test_a_completed_run_is_not_resumed_and_more_steps_train_it_further(
     config = write_quickstart_config(tmp_path, steps=10, run_name="done")
     _, plan = prepare(RunRequest(config=str(config)))
     assert plan is not None
-    run = Run(plan, say=lambda line: None, view=ViewOptions())
+    run = Supervisor(plan, say=lambda line: None, view=ViewOptions())
     run.create()
-    run.finish(RunStatus.COMPLETED)
+    run.finish(RunStatus.COMPLETED, RankResults())
     info = json.loads((plan.run_dir / "run.json").read_text())
     (plan.run_dir / "run.json").write_text(json.dumps({**info, "last_step": 10}))
     checkpoint_tree(plan.run_dir, [10])

@@ -16,7 +16,7 @@ from msmon.errors import MsmonError
 from msmon.runner import msrun, results, rundir, runinfo
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions, read_results
-from msmon.runner.supervise import Run
+from msmon.runner.supervise import Supervisor
 from msmon.status import RunStatus
 from msmon.util.internal_errors import InternalErrors
 
@@ -69,9 +69,9 @@ def test_no_resolved_secret_reaches_the_run_directory(tmp_path: Path, monkeypatc
     result, plan = prepare(RunRequest(config=str(config), command=command))
     assert plan is not None, [f.message for f in result.findings]
     assert plan.settings.mlflow.tracking_uri == f"http://bob:{secret}@127.0.0.1:5999"  # resolved in memory
-    run = Run(plan, say=lambda line: None, view=ViewOptions())
+    run = Supervisor(plan, say=lambda line: None, view=ViewOptions())
     run.create()
-    run.finish(RunStatus.COMPLETED)
+    run.finish(RunStatus.COMPLETED, results.RankResults())
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert plan.run_dir / "monitor_config.resolved.yaml" in files
     for path in files:
@@ -221,20 +221,20 @@ def test_resume_reuses_the_run_directory_and_lists_the_attempts(
     monkeypatch.chdir(tmp_path)
     config = write_quickstart_config(tmp_path, steps=10, run_name="again")
     _, plan = prepare(RunRequest(config=str(config)))
-    first = Run(plan, say=lambda line: None, view=ViewOptions())
+    first = Supervisor(plan, say=lambda line: None, view=ViewOptions())
     first.create()
-    first.finish(RunStatus.FAILED, error="E: boom")
+    first.finish(RunStatus.FAILED, results.RankResults(), error="E: boom")
     (plan.run_dir / "metrics.jsonl").write_text('{"step": 10}\n')
     refused, none = prepare(RunRequest(config=str(config)))
     assert none is None and any(f.code == "MS103" for f in refused.findings)
     with pytest.raises(MsmonError, match="already exists"):  # the atomic mkdir, should validation race
-        Run(plan, say=lambda line: None, view=ViewOptions()).create()
+        Supervisor(plan, say=lambda line: None, view=ViewOptions()).create()
     checkpoint_tree(plan.run_dir, [10])
     result, resumed = prepare(RunRequest(config=str(config), resume=True))
     assert resumed is not None, [f.message for f in result.findings]
-    second = Run(resumed, say=lambda line: None, view=ViewOptions())
+    second = Supervisor(resumed, say=lambda line: None, view=ViewOptions())
     second.create()
-    second.finish(RunStatus.COMPLETED)
+    second.finish(RunStatus.COMPLETED, results.RankResults())
     info = json.loads((plan.run_dir / "run.json").read_text())
     assert [(a["status"], a["error"]) for a in info["attempts"]] == [("failed", "E: boom"), ("completed", None)]
     assert info["status"] == "completed"

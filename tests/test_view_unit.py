@@ -287,7 +287,8 @@ def test_compare_of_the_same_training_from_a_yaml_and_its_export_lists_no_key(
     shown apart. Piped in 80 columns both run names were cut to `llama_...`: no name is cut."""
     from msmon.runner.plan import RunRequest, prepare
     from msmon.runner.protocol import ViewOptions
-    from msmon.runner.supervise import Run
+    from msmon.runner.results import RankResults
+    from msmon.runner.supervise import Supervisor
     from msmon.status import RunStatus
 
     monkeypatch.chdir(tmp_path)
@@ -299,9 +300,9 @@ def test_compare_of_the_same_training_from_a_yaml_and_its_export_lists_no_key(
         _, plan = prepare(RunRequest(config=config, overrides=[f"monitor_config.run_name={name}",
                                                                 "monitor_config.save_dir=./logs"]))
         assert plan is not None
-        run = Run(plan, say=lambda line: None, view=ViewOptions())
+        run = Supervisor(plan, say=lambda line: None, view=ViewOptions())
         run.create()
-        run.finish(RunStatus.COMPLETED)
+        run.finish(RunStatus.COMPLETED, RankResults())
         runs.append(plan.run_dir)
     comparison = compare_runs(runs)
     assert comparison.diff == [] and comparison.no_diff_text() == "The configs that trained are identical."

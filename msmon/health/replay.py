@@ -22,8 +22,9 @@ from msmon.health.rollback_forecast import Forecast, forecast
 from msmon.records import check_record, read_records
 from msmon.reference.band import reference_band
 from msmon.reference.sources.run_dir import run_global_batch
+from msmon.run_record import recorded
 from msmon.step_cost import StepCost, read_costs
-from msmon.util.jsonfiles import read_json_object, read_jsonl
+from msmon.util.jsonfiles import read_jsonl
 
 logger = logging.getLogger("msmon")
 
@@ -50,12 +51,9 @@ def history(run_dir: Path, up_to_step: int, limit: int = WARM_RECORDS) -> list[d
 
 def resume_steps(run_dir: Path) -> list[int]:
     """The steps the later attempts of a run resumed from (run.json ``attempts``), in order."""
-    try:
-        entries = read_json_object(run_dir / layout.RUN_JSON).get("attempts") or []
-    except (OSError, ValueError):
-        return []
-    steps = [entry.get("resumed_from_step") for entry in entries[1:] if isinstance(entry, dict)]
-    return sorted(step if isinstance(step, int) else 0 for step in steps)
+    record = recorded(run_dir)
+    entries = record.attempts if record is not None else ()
+    return sorted(entry.resumed_from_step or 0 for entry in entries[1:])
 
 
 def _yaml(path: Path) -> dict[str, Any]:
@@ -117,12 +115,8 @@ def run_dir_inputs(run_dir: Path) -> RunInputs:
     own = monitor.get("reference") if isinstance(monitor, dict) else None
     own = own if isinstance(own, dict) else {}
     config = read_run_config(run_dir) or _training_config(run_dir / layout.CONFIG_SNAPSHOT)  # the live run's own
-    total = None
-    try:
-        total = read_json_object(run_dir / layout.RUN_JSON).get("total_steps")
-    except (OSError, ValueError):
-        pass
-    return RunInputs(metrics, settings, config, total if isinstance(total, int) else None,
+    record = recorded(run_dir)
+    return RunInputs(metrics, settings, config, record.total_steps if record is not None else None,
                      (list(own.get("runs") or []), list(own.get("tags") or [])))
 
 

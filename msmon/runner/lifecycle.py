@@ -31,6 +31,15 @@ from msmon.runner.results import RunResult
 from msmon.status import RunStatus, exit_code
 
 
+class SignalAction(StrEnum):
+    """What a user's signal asks of the training: the first stops it at the next step end, the second forces it (the
+    ranks flush and exit now); any later one changes nothing."""
+
+    STOP = "stop"
+    FORCE = "force"
+    NONE = "none"
+
+
 class Phase(StrEnum):
     STARTING = "starting"
     TRAINING = "training"
@@ -83,7 +92,6 @@ class Lifecycle:
         self.phase = Phase.STARTING
         self.restarts = 0
         self.rollbacks = 0
-        self.signals = 0
         self.signal: int | None = None  # the first signal received
         self.forced_by: str | None = None  # the name of a second one
         self.result: RunResult | None = None  # the last attempt's judged result
@@ -94,14 +102,15 @@ class Lifecycle:
             raise RuntimeError(f"an attempt cannot begin while {self.phase}")
         self.phase = Phase.TRAINING
 
-    def signalled(self, signum: int, name: str) -> int:
-        """A signal arrived; how many so far (the first stops at the next step end, the second forces)."""
-        self.signals += 1
-        if self.signals == 1:
+    def signalled(self, signum: int, name: str) -> SignalAction:
+        """A signal arrived (the supervisor hands each one over once, in order): what the training must do."""
+        if self.signal is None:
             self.signal = signum
-        elif self.signals == 2:
+            return SignalAction.STOP
+        if self.forced_by is None:
             self.forced_by = name
-        return self.signals
+            return SignalAction.FORCE
+        return SignalAction.NONE
 
     def attempt_ended(self, result: RunResult, *, monitor_stop: RunResult | None,
                       progressed: bool) -> NextAttempt | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,21 +47,18 @@ REQUEST = "request.json"  # in stacks/: node 0 asks the other nodes' watchers fo
 
 
 class RankWatcher:
-    """Polled by the supervising loop; ``alert_count`` and ``close()`` at the end."""
+    """Polled by the supervising loop with the ranks this machine runs; ``alert_count`` and ``close()`` at the end."""
 
     def __init__(self, run_dir: Path, settings: MonitorSettings, config: Mapping[str, Any] | None, *,
-                 pipeline: PipelineLayout, writer_rank: int, node_rank: int | None,
-                 local_ranks: Callable[[], dict[int, psutil.Process]],
-                 request_stop: Callable[[StopRequest], None]) -> None:
+                 pipeline: PipelineLayout, writer_rank: int, node_rank: int | None) -> None:
         self.run_dir = Path(run_dir)
         self.health = settings.health
         self.enabled = bool(settings.enable_monitor and settings.use_callback and self.health.enabled)
         self.pipeline = pipeline
         self.writer_rank = writer_rank
         self.node_rank = node_rank or 0
-        self.local_ranks = local_ranks
-        self.monitor = HealthMonitor(self.health, config, sinks=make_sinks(settings, self.run_dir, None),
-                                     request_stop=request_stop) if self.enabled else None
+        self.monitor = HealthMonitor(self.health, config, sinks=make_sinks(settings, self.run_dir, None)
+                                     ) if self.enabled else None
         self._detectors: dict[int, NonFiniteDetector] = {}
         self._fed: dict[int, int] = {}
         self._costs = RankCosts(self.health)
@@ -73,18 +70,19 @@ class RankWatcher:
     def alert_count(self) -> int:
         return self.monitor.alert_count if self.monitor is not None else 0
 
-    def poll(self) -> None:
-        """Read the heartbeats and judge them (at most every ``health.stall.poll_s``)."""
+    def poll(self, local: dict[int, psutil.Process]) -> StopRequest | None:
+        """Read the heartbeats and judge them (at most every ``health.stall.poll_s``; ``local``: the live ranks of
+        this machine by global rank); the stop an alert's action asks for (``stop`` or ``rollback``), kept until
+        ``restart``."""
         now = time.monotonic()
         if self.monitor is None or now < self._next:
-            return
+            return self.stop
         self._next = now + self.health.stall.poll_s
         beats = read_heartbeats(self.run_dir)
-        local = self.local_ranks()
         owner = self.node_rank == 0 or not (set(beats) - set(local))
         if not owner:
             self._serve_requests(local)
-            return
+            return self.stop
         if self.node_rank:  # a node alone with its ranks (no shared run directory)
             beats = {rank: beat for rank, beat in beats.items() if rank in local}
         if self.health.nonfinite.enabled:
@@ -93,6 +91,12 @@ class RankWatcher:
             self._check_costs(beats)
         if self.health.stall.enabled:
             self._check_stall(beats, local)
+        return self.stop
+
+    @property
+    def stop(self) -> StopRequest | None:
+        """The stop an alert of the current attempt asked for, or None."""
+        return self.monitor.stop if self.monitor is not None else None
 
     def restart(self, forget_heartbeats: bool = True) -> None:
         """A new attempt (a resume, a restart from a checkpoint): the watch starts again as at the start of a run (no

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -38,7 +37,8 @@ POLL_S = 0.2
 
 
 class TrainingProcess:
-    """Runs the training child in its own session; forwards stop requests to the worker processes."""
+    """One attempt's training child in its own session, driven by the supervisor: ``start``, ``waiting`` on each
+    poll, ``request_stop`` / ``force_stop``, ``close`` (nothing left running), ``decide`` (the attempt's status)."""
 
     def __init__(self, flags: LaunchFlags, spec: RankSpec) -> None:
         self.flags = flags
@@ -47,6 +47,7 @@ class TrainingProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.known: dict[int, psutil.Process] = {}
         self.stop_requested_at: float | None = None
+        self.program = ""  # what was launched (the first word of its command line)
 
     @property
     def ranks_here(self) -> list[int]:
@@ -78,9 +79,9 @@ class TrainingProcess:
         env.setdefault("MS_DEV_SAVE_GRAPHS_PATH", str(self.run_dir / layout.GRAPHS))
         return env
 
-    def run(self, on_poll: Callable[[], None] = lambda: None) -> results.RunResult:
-        """Start the child, wait until it ends (or is killed after a stop request) and decide the status;
-        ``on_poll`` runs on every poll of the wait (the supervisor reacts to signals there)."""
+    def start(self) -> results.RunResult | None:
+        """Start the child (the results an earlier attempt left removed first); a failed result when it cannot
+        start."""
         argv = worker_command(self.flags, self.run_dir, self.spec.writer_rank)
         if self.flags.node_rank in (None, 0):
             clear_results(self.run_dir)
@@ -89,30 +90,38 @@ class TrainingProcess:
             self.process = subprocess.Popen(argv, env=self._env(), start_new_session=True)  # noqa: S603 - checked
         except OSError as exc:  # the program went away since the pre-flight check
             return results.RunResult(RunStatus.FAILED, f"cannot start {argv[0]}: {exc.strerror or exc}")
-        try:
-            self._wait(on_poll)
-        finally:
-            self._kill_leftovers()
+        self.program = argv[0]
+        return None
+
+    def waiting(self) -> bool:
+        """One poll of the wait: False once the child ended, or the time a stop request gave it is over."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        self._remember_children()
+        if self.distributed and self.stop_requested_at is None and self._monitor_stopped():
+            logger.warning("msmon: a rank was stopped by the monitor: stopping the other ranks")
+            self.request_stop()
+        if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_S:
+            logger.warning("msmon: the training did not stop within %.0f s: killing it", STOP_GRACE_S)
+            return False
+        return True
+
+    def close(self) -> None:
+        """Leave no process of this attempt behind."""
+        self._kill_leftovers()
+
+    def decide(self, ranks: results.RankResults) -> results.RunResult:
+        """The attempt's status from its ranks' results (read once it ended) and how the child exited."""
+        if self.process is None:
+            raise RuntimeError("the training process was never started")
         where = rank_logs(self.run_dir, self.flags.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
         reported = read_heartbeats(self.run_dir) if self.command else {}  # the ranks of a user's launch
         here = sorted(reported) if self.command and not self.flags.worker_num else self.ranks_here
         return results.decide(
-            read_results(self.run_dir), returncode=self.process.returncode, ranks_here=here,
+            ranks.by_rank, returncode=self.process.returncode, ranks_here=here,
             distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
-            untrained=argv[0] if self.command and not reported else None,
+            untrained=self.program if self.command and not reported else None,
         )
-
-    def _wait(self, on_poll: Callable[[], None]) -> None:
-        while self.process is not None and self.process.poll() is None:
-            on_poll()
-            self._remember_children()
-            if self.distributed and self.stop_requested_at is None and self._monitor_stopped():
-                logger.warning("msmon: a rank was stopped by the monitor: stopping the other ranks")
-                self.request_stop()
-            if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_S:
-                logger.warning("msmon: the training did not stop within %.0f s: killing it", STOP_GRACE_S)
-                break
-            time.sleep(POLL_S)
 
     def _monitor_stopped(self) -> bool:
         return any(r.status is RunStatus.STOPPED_BY_MONITOR for r in read_results(self.run_dir).values())

@@ -10,7 +10,7 @@ from msmon.compat.parallel import global_batch_size
 from msmon.config.mindformers_yaml import read_run_config
 from msmon.records import read_records, shown_rank
 from msmon.reference.curve import METRICS, CurveBuilder, ReferenceCurve, ReferenceKind
-from msmon.util.jsonfiles import read_json_object
+from msmon.run_record import recorded
 from msmon.util.numbers import as_number, positive_int
 
 
@@ -20,12 +20,9 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _world_size(run_dir: Path) -> int:
-    try:
-        info = read_json_object(run_dir / layout.RUN_JSON)
-    except (OSError, ValueError):
-        return 1
-    shape = info.get("layout")
-    return positive_int(shape.get("world_size") if isinstance(shape, dict) else None) or 1
+    record = recorded(run_dir)
+    shape = record.layout if record is not None else None
+    return positive_int(shape.get("world_size") if shape is not None else None) or 1
 
 
 def run_global_batch(run_dir: Path) -> int | None:
