@@ -340,10 +340,12 @@ def test_msmon_resume_reads_the_recorded_command_with_msmon_runs_own_parser() ->
 
 def test_msmon_resume_replays_the_request_run_json_keeps_and_reads_an_older_one_from_its_command() -> None:
     from msmon.cli.resume import record_of_command, resumed_command
+    from msmon.runner.msrun import LaunchLayout
     from msmon.runner.plan import ResumeRecord
 
-    request = RunRequest(config="c.yaml", overrides=["a.b=1", "run_mode=finetune"], worker_num=2, master_port=9000,
-                         msrun_args=["--bind_core=True"], max_restarts=3, restart_backoff_s=2.0)
+    request = RunRequest(config="c.yaml", overrides=["a.b=1", "run_mode=finetune"], max_restarts=3,
+                         launch_layout=LaunchLayout(2, master_port=9000, msrun_args=("--bind_core=True",)),
+                         restart_backoff_s=2.0)
     record = request.resume_record()
     assert ResumeRecord.from_json(json.loads(json.dumps(record.to_json()))) == record  # as run.json keeps it
     older = record_of_command(["msmon", "run", "c.yaml", "a.b=1", "--worker-num", "2", "--master-port", "9000",
@@ -353,6 +355,8 @@ def test_msmon_resume_replays_the_request_run_json_keeps_and_reads_an_older_one_
         "msmon", "run", "/r/config.yaml", "a.b=1", "run_mode=finetune", "--resume", "--worker-num=2",
         "--master-addr=127.0.0.1", "--master-port=9000", "--msrun-arg=--bind_core=True", "--max-restarts", "3",
         "--restart-backoff", "2"]
+    assert list(record.to_json()) == ["overrides", "worker_num", "local_worker_num", "master_addr", "master_port",
+                                      "node_rank", "msrun_args", "max_restarts", "restart_backoff_s"]
     with pytest.raises(MsmonError, match="request is unreadable: master_port, max_restarts"):
         ResumeRecord.from_json({**record.to_json(), "master_port": {"x": 1}, "max_restarts": None, "bogus": 1})
 

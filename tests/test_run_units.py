@@ -6,7 +6,6 @@ import json
 import signal
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from helpers_checkpoints import checkpoint_tree
@@ -14,6 +13,7 @@ from helpers_training import write_quickstart_config
 
 from msmon.errors import MsmonError
 from msmon.runner import msrun, results, rundir, runinfo
+from msmon.runner.msrun import LaunchLayout
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions, read_results
 from msmon.runner.supervise import Supervisor
@@ -107,10 +107,6 @@ def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
     assert runinfo.git_commit(tmp_path) is None
 
 
-def _request(**kwargs: object) -> SimpleNamespace:
-    base = {"worker_num": None, "local_worker_num": None, "node_rank": None, "master_addr": "127.0.0.1",
-            "master_port": 8118, "config": "c.yaml", "overrides": [], "msrun_args": [], "launch": []}
-    return SimpleNamespace(**{**base, **kwargs})
 
 
 def _results(run_dir: Path, *rows: dict) -> None:
@@ -176,17 +172,17 @@ def test_totals_add_up_over_ranks(tmp_path: Path) -> None:
 
 
 def test_worker_commands() -> None:
-    assert msrun.worker_command(_request(), Path("/r"))[-2:] == ["-m", "msmon.runner.worker"]
-    argv = msrun.worker_command(_request(worker_num=8, local_worker_num=4, node_rank=1, master_addr="10.0.0.1"),
+    assert msrun.worker_command(LaunchLayout(), Path("/r"))[-2:] == ["-m", "msmon.runner.worker"]
+    argv = msrun.worker_command(LaunchLayout(worker_num=8, local_worker_num=4, node_rank=1, master_addr="10.0.0.1"),
                                 Path("/r"))
     assert "--worker_num=8" in argv and "--local_worker_num=4" in argv and "--node_rank=1" in argv
     assert "--master_addr=10.0.0.1" in argv and "--log_dir=/r/logs/ranks/node_1" in argv  # node 1's scheduler.log
     assert "--tail_worker_log=0" in argv
-    argv = msrun.worker_command(_request(worker_num=8), Path("/r"), tail_rank=6)
+    argv = msrun.worker_command(LaunchLayout(worker_num=8), Path("/r"), tail_rank=6)
     assert "--log_dir=/r/logs/ranks" in argv and "--tail_worker_log=6" in argv
     assert argv[-3:] == ["python", "-m", "msmon.runner.worker"]
-    passed = ["--bind_core=True", "--cluster_time_out=7200"]
-    argv = msrun.worker_command(_request(worker_num=2, msrun_args=passed), Path("/r"))
+    passed = ("--bind_core=True", "--cluster_time_out=7200")
+    argv = msrun.worker_command(LaunchLayout(worker_num=2, msrun_args=passed), Path("/r"))
     assert argv[-5:] == [*passed, "python", "-m", "msmon.runner.worker"]
 
 
@@ -197,21 +193,22 @@ def test_worker_commands() -> None:
         ({"worker_num": 2, "local_worker_num": 3}, "between 1 and"),
         ({"worker_num": 4, "local_worker_num": 2}, "needs --node-rank"),
         ({"local_worker_num": 2}, "needs --worker-num"),
-        ({"msrun_args": ["--bind_core=True"]}, "--msrun-arg needs --worker-num"),
-        ({"worker_num": 2, "msrun_args": ["bind_core=True"]}, "is not an msrun flag"),
-        ({"worker_num": 2, "msrun_args": ["--master_port=9000"]}, "--master_port is set by --master-port"),
-        ({"worker_num": 2, "msrun_args": ["--log_dir=/tmp/x"]}, "--log_dir is set by msmon's logs/ranks"),
+        ({"msrun_args": ("--bind_core=True",)}, "--msrun-arg needs --worker-num"),
+        ({"worker_num": 2, "msrun_args": ("bind_core=True",)}, "is not an msrun flag"),
+        ({"worker_num": 2, "msrun_args": ("--master_port=9000",)}, "--master_port is set by --master-port"),
+        ({"worker_num": 2, "msrun_args": ("--log_dir=/tmp/x",)}, "--log_dir is set by msmon's logs/ranks"),
     ],
 )
 def test_flag_checks(kwargs: dict, message: str) -> None:
     with pytest.raises(MsmonError, match=message) as info:
-        msrun.check_flags(_request(**kwargs))
+        LaunchLayout(**kwargs).check()
     assert info.value.exit_code == 2
 
 
 def test_node_ranks_above_zero_join_the_run_directory() -> None:
-    assert RunRequest(config="c", worker_num=8, local_worker_num=4, node_rank=1).run_json == "run.node1.json"
-    assert RunRequest(config="c", worker_num=8, local_worker_num=4, node_rank=0).run_json == "run.json"
+    node = [RunRequest(config="c", launch_layout=LaunchLayout(8, 4, node_rank=rank)) for rank in (1, 0)]
+    assert [request.run_json for request in node] == ["run.node1.json", "run.json"]
+    assert node[0].launch_layout.ranks_here == [4, 5, 6, 7] and node[1].launch_layout.ranks_here == [0, 1, 2, 3]
     assert RunRequest(config="c").run_json == "run.json"
 
 

@@ -231,15 +231,14 @@ def test_validate_reports_what_run_refuses_naming_the_flag(registry: Builtins, t
 def test_run_and_validate_refuse_with_one_rule() -> None:
     """msmon run's check (msmon.runner.msrun.check_config) stops on the first of validate's MS026 findings."""
     from msmon.errors import MsmonError
-    from msmon.runner.msrun import check_config
-    from msmon.runner.plan import RunRequest
+    from msmon.runner.msrun import LaunchLayout, check_config
     from msmon.validate.launch import launch_findings
 
     training = {"use_parallel": True, "parallel_config": {"data_parallel": 4}, "parallel": {"parallel_mode": 1}}
     for workers in (None, 2):
         (first, *_) = launch_findings(training, workers)
         with pytest.raises(MsmonError) as refused:
-            check_config(training, RunRequest(config="c.yaml", worker_num=workers))
+            check_config(training, LaunchLayout(workers))
         assert (refused.value.message, refused.value.hint) == (first.message, first.hint)
     assert launch_findings({**training, "parallel_config": {"data_parallel": 2}}, 2) == []
 

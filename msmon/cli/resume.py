@@ -49,28 +49,30 @@ def recorded_options(command: list[str]) -> dict[str, Any]:
 def record_of_command(command: list[str]) -> ResumeRecord:
     """The request of a run.json written before msmon kept it (``request``): parsed from its command line."""
     from msmon.config.launch_flags import parse_launch_flags
+    from msmon.runner.msrun import LaunchLayout
     from msmon.runner.plan import ResumeRecord
 
     options = recorded_options(command)
     plain, flags = parse_launch_flags(options.get("overrides") or [])  # run_mindformer.py's flags as overrides
+    launch = LaunchLayout(**{name: options[name] for name in LAUNCH_OPTIONS if options.get(name) is not None},
+                          msrun_args=tuple(options.get("msrun_arg") or ()))
     return ResumeRecord(
-        (*plain, *flags.overrides), **{name: options[name] for name in LAUNCH_OPTIONS
-                                              if options.get(name) is not None},
-        msrun_args=tuple(options.get("msrun_arg") or ()), max_restarts=int(options.get("max_restarts") or 0),
+        (*plain, *flags.overrides), launch, max_restarts=int(options.get("max_restarts") or 0),
         restart_backoff_s=float(options.get("restart_backoff") or 10.0),
     )
 
 
 def record_fields(record: ResumeRecord) -> dict[str, Any]:
     """A record as the keyword arguments of a RunRequest."""
-    return {**dataclasses.asdict(record), "overrides": list(record.overrides), "msrun_args": list(record.msrun_args)}
+    return {"overrides": list(record.overrides), "launch_layout": record.launch_layout,
+            "max_restarts": record.max_restarts, "restart_backoff_s": record.restart_backoff_s}
 
 
 def resumed_command(snapshot: Path, record: ResumeRecord) -> list[str]:
     """The `msmon run` command line the resumed run amounts to (run.json's ``command``)."""
     flags = [f"--{name.replace('_', '-')}={value}" for name in LAUNCH_OPTIONS
-             if (value := getattr(record, name)) is not None]
-    flags += [f"--msrun-arg={arg}" for arg in record.msrun_args]
+             if (value := getattr(record.launch_layout, name)) is not None]
+    flags += [f"--msrun-arg={arg}" for arg in record.launch_layout.msrun_args]
     return ["msmon", "run", str(snapshot), *record.overrides, "--resume", *flags,
             "--max-restarts", str(record.max_restarts), "--restart-backoff", f"{record.restart_backoff_s:g}"]
 

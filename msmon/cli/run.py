@@ -94,6 +94,7 @@ def run(
     import os
 
     from msmon.config.launch_flags import parse_launch_flags
+    from msmon.runner.msrun import LaunchLayout
     from msmon.runner.plan import RunRequest
 
     plain_overrides, flags = parse_launch_flags(overrides or [])
@@ -101,9 +102,9 @@ def run(
         os.environ["REGISTER_PATH"] = str(Path(flags.register_path).absolute())
     request = RunRequest(
         config=config, overrides=[*plain_overrides, *flags.overrides, *reference_overrides(reference)], board=board,
-        port=port, keep_board=keep_board,
-        resume=resume, worker_num=worker_num, local_worker_num=local_worker_num, master_addr=master_addr,
-        master_port=master_port, node_rank=node_rank, msrun_args=list(msrun_arg), max_restarts=max_restarts,
+        port=port, keep_board=keep_board, resume=resume,
+        launch_layout=LaunchLayout(worker_num, local_worker_num, master_addr, master_port, node_rank, tuple(msrun_arg)),
+        max_restarts=max_restarts,
         restart_backoff_s=restart_backoff, command=["msmon", *sys.argv[1:]],
         launch=_command(ctx),
     )

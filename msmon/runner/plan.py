@@ -18,6 +18,7 @@ from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
 from msmon.runner.launch_command import check_command, msrun_ranks
+from msmon.runner.msrun import LaunchLayout
 from msmon.runner.resume import ResumePoint, further_command, resume_point
 from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
@@ -29,37 +30,36 @@ class ResumeRecord:
     flags already turned into them), its launch layout and its restart policy."""
 
     overrides: tuple[str, ...] = ()
-    worker_num: int | None = None
-    local_worker_num: int | None = None
-    master_addr: str = "127.0.0.1"
-    master_port: int = 8118
-    node_rank: int | None = None
-    msrun_args: tuple[str, ...] = ()
+    launch_layout: LaunchLayout = LaunchLayout()
     max_restarts: int = 0
     restart_backoff_s: float = 10.0
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "overrides": list(self.overrides), "msrun_args": list(self.msrun_args)}
+        """run.json's ``request``: the launch layout's keys beside the overrides and the restart policy."""
+        return {"overrides": list(self.overrides), **dataclasses.asdict(self.launch_layout),
+                "msrun_args": list(self.launch_layout.msrun_args), "max_restarts": self.max_restarts,
+                "restart_backoff_s": self.restart_backoff_s}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ResumeRecord:
         """run.json's ``request``; MsmonError when it is not one this msmon wrote."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        record = cls(**{key: value for key, value in data.items() if key in known})
-        wrong = [name for name, kind, optional in _RECORD_TYPES
-                 if not (getattr(record, name) is None and optional or _is(getattr(record, name), kind))]
+        found = {name: data.get(name, default) for name, _, _, default in _RECORD_TYPES}
+        wrong = [name for name, kind, optional, _ in _RECORD_TYPES
+                 if not (found[name] is None and optional or _is(found[name], kind))]
         if wrong:
             raise MsmonError(f"run.json's request is unreadable: {', '.join(wrong)}",
                              "resume it with msmon run CONFIG --resume")
-        return dataclasses.replace(record, overrides=tuple(map(str, record.overrides)),
-                                   msrun_args=tuple(map(str, record.msrun_args)))
+        launch = LaunchLayout(found["worker_num"], found["local_worker_num"], found["master_addr"],
+                              found["master_port"], found["node_rank"], tuple(map(str, found["msrun_args"])))
+        return cls(tuple(map(str, found["overrides"])), launch, found["max_restarts"], found["restart_backoff_s"])
 
 
-#: (field, type, may be None) of a ResumeRecord read back from run.json.
-_RECORD_TYPES: tuple[tuple[str, Any, bool], ...] = (
-    ("overrides", list | tuple, False), ("worker_num", int, True), ("local_worker_num", int, True),
-    ("master_addr", str, False), ("master_port", int, False), ("node_rank", int, True),
-    ("msrun_args", list | tuple, False), ("max_restarts", int, False), ("restart_backoff_s", int | float, False),
+#: (key, type, may be None, default when absent) of run.json's ``request`` read back as a ResumeRecord.
+_RECORD_TYPES: tuple[tuple[str, Any, bool, Any], ...] = (
+    ("overrides", list | tuple, False, ()), ("worker_num", int, True, None), ("local_worker_num", int, True, None),
+    ("master_addr", str, False, "127.0.0.1"), ("master_port", int, False, 8118), ("node_rank", int, True, None),
+    ("msrun_args", list | tuple, False, ()), ("max_restarts", int, False, 0),
+    ("restart_backoff_s", int | float, False, 10.0),
 )
 
 
@@ -77,12 +77,7 @@ class RunRequest:
     port: int = 8080
     keep_board: bool = False
     resume: bool = False
-    worker_num: int | None = None
-    local_worker_num: int | None = None
-    master_addr: str = "127.0.0.1"
-    master_port: int = 8118
-    node_rank: int | None = None
-    msrun_args: list[str] = field(default_factory=list)  # msrun's own flags, passed through (--bind_core=True)
+    launch_layout: LaunchLayout = LaunchLayout()  # the ranks and msrun's flags
     launch: list[str] = field(default_factory=list)  # msmon run CONFIG -- COMMAND: the user's own launch
     max_restarts: int = 0
     restart_backoff_s: float = 10.0
@@ -90,18 +85,16 @@ class RunRequest:
 
     def resume_record(self) -> ResumeRecord:
         """What a later ``msmon resume`` of this run replays (kept in run.json)."""
-        return ResumeRecord(tuple(self.overrides), self.worker_num, self.local_worker_num, self.master_addr,
-                            self.master_port, self.node_rank, tuple(self.msrun_args), self.max_restarts,
-                            self.restart_backoff_s)
+        return ResumeRecord(tuple(self.overrides), self.launch_layout, self.max_restarts, self.restart_backoff_s)
 
     @property
     def joins_run(self) -> bool:
         """A machine other than node 0 of a multi-machine run: node 0 creates the run directory."""
-        return self.node_rank not in (None, 0)
+        return self.launch_layout.joins_run
 
     @property
     def run_json(self) -> str:
-        return f"run.node{self.node_rank}.json" if self.joins_run else layout.RUN_JSON
+        return f"run.node{self.launch_layout.node_rank}.json" if self.joins_run else layout.RUN_JSON
 
 
 @dataclass
@@ -137,7 +130,7 @@ class RunPlan:
     @property
     def pipeline(self) -> PipelineLayout:
         """Which ranks hold the loss (pipeline stages) on the ranks of this run."""
-        return pipeline_layout(self.training, self.request.worker_num or 1)
+        return pipeline_layout(self.training, self.request.launch_layout.world_size)
 
     @property
     def writer_rank(self) -> int:
@@ -167,7 +160,9 @@ class RunPlan:
         return board_argv(backend, self.board_dir(), self.request.port)
 
     def worker_command(self) -> list[str]:
-        return msrun.worker_command(self.request, self.run_dir, self.writer_rank)
+        request = self.request
+        return msrun.worker_command(request.launch_layout, self.run_dir, self.writer_rank, command=request.launch,
+                                    config=request.config)
 
     def describe(self) -> list[str]:
         """The dry-run plan, one line per item."""
@@ -200,7 +195,7 @@ def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfi
     check_run_mode(training["run_mode"])
     _check_shared_run_name(request, loaded)
     if not request.launch:  # the user's own launch may set the parallel keys itself (--use_parallel True)
-        msrun.check_config(training, request)
+        msrun.check_config(training, request.launch_layout)
     save_dir = Path(result.settings.save_dir).expanduser()
     run_dir = (save_dir if save_dir.is_absolute() else cwd / save_dir) / result.settings.project_name
     return RunPlan(request, loaded, result, training, run_dir / str(result.settings.run_name), cwd)
@@ -208,13 +203,14 @@ def make_plan(request: RunRequest, result: ValidationResult, loaded: LoadedConfi
 
 def _check_shared_run_name(request: RunRequest, loaded: LoadedConfig) -> None:
     """Every machine of a multi-machine run must name the same run directory: a fixed ``run_name``."""
-    if request.node_rank is None:
+    node_rank = request.launch_layout.node_rank
+    if node_rank is None:
         return
     section = loaded.section("monitor_config")
     raw = section.get("run_name") if isinstance(section, dict) else None
     if (raw is None or isinstance(raw, str)) and (needs_generated_name(raw) or "${now" in (raw or "")):
         raise MsmonError(
-            f"--node-rank {request.node_rank}: a multi-machine run needs a fixed monitor_config.run_name (got "
+            f"--node-rank {node_rank}: a multi-machine run needs a fixed monitor_config.run_name (got "
             f"{raw!r}: each machine would generate its own and write to another run directory)",
             "set the same run_name on every machine, e.g. monitor_config.run_name=pretrain_0612",
         )
@@ -222,22 +218,23 @@ def _check_shared_run_name(request: RunRequest, loaded: LoadedConfig) -> None:
 
 def _with_command_ranks(request: RunRequest) -> RunRequest:
     """``-- COMMAND``: its program checked; the ranks of its msrun line (if any) become the request's."""
-    if request.worker_num is not None or request.msrun_args:
+    if request.launch_layout.worker_num is not None or request.launch_layout.msrun_args:
         raise MsmonError("--worker-num and --msrun-arg describe msmon's own launch, not one after `--`",
                          "put the ranks in COMMAND's msrun flags", ExitCode.USAGE)
     check_command(request.launch)
     ranks = msrun_ranks(request.launch)
     if ranks is None:
         return request
-    return dataclasses.replace(request, worker_num=ranks.worker_num, local_worker_num=ranks.local_worker_num,
-                               node_rank=ranks.node_rank)
+    return dataclasses.replace(request, launch_layout=dataclasses.replace(
+        request.launch_layout, worker_num=ranks.worker_num, local_worker_num=ranks.local_worker_num,
+        node_rank=ranks.node_rank))
 
 
 def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationResult, RunPlan | None]:
     """Validate ``request``; the plan is None when the config has an error finding."""
     if request.launch:
         request = _with_command_ranks(request)
-    msrun.check_flags(request)
+    request.launch_layout.check()
     require_runnable()  # msmon doctor's blocking checks (MindSpore and mindformers usable) before anything
     loaded = load_config(request.config, request.overrides)
     check_run_mode(loaded.section("run_mode"))  # a predict config is refused before its findings
@@ -247,6 +244,7 @@ def prepare(request: RunRequest, cwd: Path | None = None) -> tuple[ValidationRes
     plan = make_plan(request, result, loaded, cwd)
     if request.resume:
         plan.resume_point = resume_point(
-            plan.run_dir, training=plan.training, world_size=request.worker_num or 1, total_steps=result.total_steps,
-            further=further_command(request.config, request.overrides, plan.training), joins_run=request.joins_run)
+            plan.run_dir, training=plan.training, world_size=request.launch_layout.world_size,
+            total_steps=result.total_steps, joins_run=request.joins_run,
+            further=further_command(request.config, request.overrides, plan.training))
     return result, plan

@@ -67,7 +67,7 @@ class SignalInbox:
         self._received: list[int] = []
         self._taken = 0
         self.forced = threading.Event()
-        self._previous: dict[int, signal._HANDLER] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def install(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -99,17 +99,18 @@ class Supervisor:
         self.say = say
         self.record = RunRecord()
         self.board = BoardBeside(plan, say)
+        launch = plan.request.launch_layout
         self.base_spec = RankSpec(
-            run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=plan.request.worker_num or 1,
-            writer_rank=plan.writer_rank, node_rank=plan.request.node_rank, view=view,
+            run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=launch.world_size,
+            writer_rank=plan.writer_rank, node_rank=launch.node_rank, view=view,
             config_path=plan.config_file,
         )
         self.watcher = RankWatcher(plan.run_dir, plan.settings, plan.training, pipeline=plan.pipeline,
-                                   writer_rank=plan.writer_rank, node_rank=plan.request.node_rank)
+                                   writer_rank=plan.writer_rank, node_rank=launch.node_rank)
         self.lifecycle = Lifecycle(plan.request.max_restarts, plan.settings.health.rollback.max_rollbacks)
         self.policy = attempts.RestartPolicy(plan.request.max_restarts, plan.request.restart_backoff_s)
         self.signals = SignalInbox()
-        self.training = TrainingProcess(plan.request, self.base_spec)  # the current attempt's
+        self._training: TrainingProcess | None = None  # the current attempt's, from create on
         self.monitor_stop: RunResult | None = None  # the stop the rank watcher asked of the current attempt
         self.attempt_started = time.time()
         self.attempt_last_step: int | None = None
@@ -137,14 +138,14 @@ class Supervisor:
             project_name=plan.settings.project_name, run_name=str(plan.settings.run_name), run_dir=run_dir,
             command=plan.request.command,
             device_target=str(dotted_get(plan.training, "context.device_target", "Ascend")),
-            device_count=plan.request.worker_num or 1, total_steps=plan.result.total_steps, cwd=plan.cwd,
+            device_count=plan.request.launch_layout.world_size, total_steps=plan.result.total_steps, cwd=plan.cwd,
             pid=os.getpid(),
         )
         earlier = carried_over(previous)
         self.record = dataclasses.replace(
             record, launch="command" if plan.request.launch else "msmon",  # command: msmon run CONFIG -- COMMAND
             request=plan.request.resume_record().to_json(),  # what msmon resume replays
-            layout=training_layout(plan.training, plan.request.worker_num or 1),
+            layout=training_layout(plan.training, plan.request.launch_layout.world_size),
             attempts=earlier, rollbacks=previous.rollbacks if previous is not None else (),
             start_time=(previous.start_time if earlier and previous is not None else None) or record.start_time)
         point = plan.resume_point
@@ -170,8 +171,15 @@ class Supervisor:
             self.monitor_stop = None
             self.watcher.restart(forget_heartbeats=not self.plan.request.joins_run)
         self.record, attempt = attempts.prepare_attempt(self.plan, self.record, point, reason, supersede=supersede)
-        self.training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
+        self._training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
         self.attempt_started = time.time()
+
+    @property
+    def training(self) -> TrainingProcess:
+        """The current attempt's training process."""
+        if self._training is None:
+            raise RuntimeError("no attempt has begun (create the run first)")
+        return self._training
 
     def _write(self) -> None:
         try:

@@ -24,7 +24,8 @@ from msmon import layout
 from msmon.ops.ranks import read_heartbeats
 from msmon.runner import results
 from msmon.runner.launch_command import INJECT_DIR
-from msmon.runner.msrun import WORKER_MODULE, LaunchFlags, rank_logs, worker_command
+from msmon.runner.msrun import WORKER_MODULE, rank_logs, worker_command
+from msmon.runner.plan import RunRequest
 from msmon.runner.protocol import RankSpec, clear_results, read_results
 from msmon.status import RunStatus
 from msmon.util.procs import alive
@@ -40,8 +41,9 @@ class TrainingProcess:
     """One attempt's training child in its own session, driven by the supervisor: ``start``, ``waiting`` on each
     poll, ``request_stop`` / ``force_stop``, ``close`` (nothing left running), ``decide`` (the attempt's status)."""
 
-    def __init__(self, flags: LaunchFlags, spec: RankSpec) -> None:
-        self.flags = flags
+    def __init__(self, request: RunRequest, spec: RankSpec) -> None:
+        self.request = request
+        self.launch = request.launch_layout
         self.spec = spec
         self.run_dir = spec.run_dir
         self.process: subprocess.Popen[bytes] | None = None
@@ -50,20 +52,13 @@ class TrainingProcess:
         self.program = ""  # what was launched (the first word of its command line)
 
     @property
-    def ranks_here(self) -> list[int]:
-        """The global ranks this machine runs (msrun numbers node K's ranks from K x its local ranks)."""
-        local = self.flags.local_worker_num or self.flags.worker_num or 1
-        first = (self.flags.node_rank or 0) * local if local < (self.flags.worker_num or 1) else 0
-        return list(range(first, first + local))
-
-    @property
     def distributed(self) -> bool:
-        return bool(self.flags.worker_num)
+        return self.launch.distributed
 
     @property
     def command(self) -> bool:
         """`msmon run CONFIG -- COMMAND`: the user's launch, its ranks known by the heartbeats they write."""
-        return bool(self.flags.launch)
+        return bool(self.request.launch)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -82,8 +77,9 @@ class TrainingProcess:
     def start(self) -> results.RunResult | None:
         """Start the child (the results an earlier attempt left removed first); a failed result when it cannot
         start."""
-        argv = worker_command(self.flags, self.run_dir, self.spec.writer_rank)
-        if self.flags.node_rank in (None, 0):
+        argv = worker_command(self.launch, self.run_dir, self.spec.writer_rank, command=self.request.launch,
+                              config=self.request.config)
+        if not self.launch.joins_run:
             clear_results(self.run_dir)
         logger.info("msmon: launching %s", " ".join(argv))
         try:
@@ -114,9 +110,9 @@ class TrainingProcess:
         """The attempt's status from its ranks' results (read once it ended) and how the child exited."""
         if self.process is None:
             raise RuntimeError("the training process was never started")
-        where = rank_logs(self.run_dir, self.flags.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
+        where = rank_logs(self.run_dir, self.launch.node_rank) if self.distributed else self.run_dir / layout.MSMON_LOG
         reported = read_heartbeats(self.run_dir) if self.command else {}  # the ranks of a user's launch
-        here = sorted(reported) if self.command and not self.flags.worker_num else self.ranks_here
+        here = sorted(reported) if self.command and not self.launch.worker_num else self.launch.ranks_here
         return results.decide(
             ranks.by_rank, returncode=self.process.returncode, ranks_here=here,
             distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
