@@ -70,14 +70,17 @@ class RankWatcher:
     def alert_count(self) -> int:
         return self.monitor.alert_count if self.monitor is not None else 0
 
+    @property
+    def due(self) -> bool:
+        """Whether a poll is due (at most every ``health.stall.poll_s``; never with health off)."""
+        return self.monitor is not None and time.monotonic() >= self._next
+
     def poll(self, local: dict[int, psutil.Process]) -> StopRequest | None:
-        """Read the heartbeats and judge them (at most every ``health.stall.poll_s``; ``local``: the live ranks of
-        this machine by global rank); the stop an alert's action asks for (``stop`` or ``rollback``), kept until
-        ``restart``."""
-        now = time.monotonic()
-        if self.monitor is None or now < self._next:
+        """Read the heartbeats and judge them, when a poll is ``due`` (``local``: the live ranks of this machine by
+        global rank); the stop an alert's action asks for (``stop`` or ``rollback``), kept until ``restart``."""
+        if not self.due:
             return self.stop
-        self._next = now + self.health.stall.poll_s
+        self._next = time.monotonic() + self.health.stall.poll_s
         beats = read_heartbeats(self.run_dir)
         owner = self.node_rank == 0 or not (set(beats) - set(local))
         if not owner:

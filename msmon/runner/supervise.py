@@ -208,7 +208,7 @@ class Supervisor:
         """The rank watcher, which must never take the supervising loop down (its first failure is logged); an alert
         with ``action: stop`` (or ``rollback``) stops every rank at its next step end."""
         try:
-            stop = self.watcher.poll(self.training.ranks())
+            stop = self.watcher.poll(self.training.ranks()) if self.watcher.due else self.watcher.stop
         except Exception as exc:
             internal_errors.report("the rank watcher", exc)
             return
