@@ -88,6 +88,7 @@ class CanonicalRun:
         """A private copy of the run directory under ``directory/monitor_logs/<project>/`` (its path returned)."""
         target = directory / "monitor_logs" / PROJECT / self.run_dir.name
         shutil.copytree(self.run_dir, target, symlinks=True)
+        shared_session.note_copied_logs(target)  # its trainings are the canonical run's, not the copier's
         return target
 
 

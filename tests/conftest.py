@@ -114,13 +114,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 def mindformers_trainings(root: Path) -> list[str]:
     """One entry per training the mindformers Trainer started under ``root`` ("msrun" or "process"): the
-    ``Starting Training`` lines of every rank-0 log mindformers wrote (one per attempt of a run)."""
+    ``Starting Training`` lines of every rank-0 log mindformers wrote (one per attempt of a run), less those a copy
+    of a canonical run brought with it."""
     found = []
+    copied = shared_session.copied_trainings(Path(os.environ[shared_session.SESSION_ENV]))
     for log in root.rglob("rank_0/info.log"):
-        try:
-            started = log.read_text(encoding="utf-8", errors="replace").count(".........Starting Training Model")
-        except OSError:
-            continue
+        started = max(0, shared_session.started_trainings(log) - copied.get(str(log), 0))
         kind = "msrun" if (log.parent.parent / "rank_1").is_dir() else "process"
         found += [kind] * started
     return found

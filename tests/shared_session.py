@@ -102,6 +102,31 @@ def trainings(at: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+STARTING_TRAINING = ".........Starting Training Model"  # mindformers' info.log, once per attempt of a run
+
+
+def started_trainings(log: Path) -> int:
+    """The trainings a mindformers rank log says were started (its ``Starting Training`` lines)."""
+    try:
+        return log.read_text(encoding="utf-8", errors="replace").count(STARTING_TRAINING)
+    except OSError:
+        return 0
+
+
+def note_copied_logs(directory: Path) -> None:
+    """``directory`` is a copy of a run (a canonical run's): the trainings its rank-0 logs hold so far were not
+    started by the test that copied them, and are not counted for it."""
+    for log in directory.rglob("rank_0/info.log"):
+        _note("copied_logs.jsonl", {"log": str(log), "trainings": started_trainings(log)})
+
+
+def copied_trainings(at: Path) -> dict[str, int]:
+    """Rank-0 log -> the trainings it held when it was copied (``note_copied_logs``)."""
+    path = at / "copied_logs.jsonl"
+    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {entry["log"]: entry["trainings"] for entry in entries}
+
+
 def register_group(name: str, pgid: int) -> None:
     """A process group the session started for all its tests (a server): the controller stops it at the end."""
     with (root() / "groups.jsonl").open("a") as handle:
