@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import shared_session
+from canonical_rollback import ROLLBACK_RUNS
 from helpers_training import QUICKSTARTS, write_quickstart_config
 from launch import Launched, msmon_env, records
 
@@ -101,9 +102,12 @@ class Workspace:
         self.base.mkdir(parents=True, exist_ok=True)
         self.run_dir = root / "monitor_logs" / PROJECT / name
 
+    def identity(self) -> dict[str, Any]:
+        """The monitor_config keys that put the run at ``run_dir``."""
+        return {"project_name": PROJECT, "run_name": self.name, "save_dir": str(self.root / "monitor_logs")}
+
     def config(self, model: str, steps: int, *, overrides: dict[str, Any] | None = None, **monitor: Any) -> Path:
-        monitor = {"project_name": PROJECT, "run_name": self.name, "save_dir": str(self.root / "monitor_logs"),
-                   **monitor}
+        monitor = {**self.identity(), **monitor}
         return write_quickstart_config(self.base, steps=steps, overrides=overrides, source=QUICKSTARTS[model],
                                        **monitor)
 
@@ -449,6 +453,7 @@ CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "failed_compile_legacy": failed_compile_legacy,
     "failed_compile_mcore": failed_compile_mcore,
     "reference_seed1_legacy": reference_seed1_legacy,
+    **ROLLBACK_RUNS,
 }
 
 

@@ -1,6 +1,6 @@
 """The article's night as data: a quickstart dataset whose batches in a window of steps are corrupt (shuffle off, so
 the window is known), and the quickstart config that trains on it with checkpoints to roll back to (import, not a
-conftest; tests/test_rollback_real.py and bench/bench_rollback.py).
+conftest; tests/test_rollback_real.py, tests/canonical_rollback.py and bench/bench_rollback.py).
 
     data = corrupt_dataset(tmp_path, "legacy", (150, 170))
     config = rollback_config(tmp_path / "run", "legacy", data, health={"loss_spike": {"action": "rollback"}})
@@ -55,10 +55,10 @@ def corrupt_dataset(directory: Path, model: str, window: tuple[int, int] | None,
 
 
 def rollback_config(directory: Path, model: str, data: Path, *, health: dict[str, Any],
-                    checkpoint_steps: int = CHECKPOINT_STEPS, **monitor: Any) -> Path:
-    """The quickstart on ``data`` (batch 8, shuffle off, a checkpoint every 50 steps, the last 5 kept, every step
-    logged to metrics.jsonl, ``monitor``: other monitor_config keys) in ``directory``; its run directory is
-    ``run_dir(directory, model)``."""
+                    checkpoint_steps: int = CHECKPOINT_STEPS, steps: int = STEPS, **monitor: Any) -> Path:
+    """The quickstart on ``data`` (``steps`` steps of batch 8, shuffle off, a checkpoint every 50 steps, the last 5
+    kept, every step logged to metrics.jsonl, ``monitor``: other monitor_config keys) in ``directory``; its run
+    directory is ``run_dir(directory, model)`` (unless ``monitor`` names another project, run or save_dir)."""
     batch = dict.fromkeys(("runner_config.batch_size", "train_dataset.batch_size"), BATCH)
     if model == "legacy":
         batch["model.model_config.batch_size"] = BATCH
@@ -66,7 +66,7 @@ def rollback_config(directory: Path, model: str, data: Path, *, health: dict[str
         directory, source=QUICKSTARTS[model], **{"log_interval": 1, "monitor_type": ["file"],
                                                  "track_metrics": ["loss", "grad_norm"], "health": health, **monitor},
         overrides={"train_dataset.data_loader.dataset_dir": str(data), "train_dataset.data_loader.shuffle": False,
-                   "train_dataset.data_loader.num_samples": STEPS * BATCH, **batch,
+                   "train_dataset.data_loader.num_samples": steps * BATCH, **batch,
                    "callbacks.1.save_checkpoint_steps": checkpoint_steps, "callbacks.1.keep_checkpoint_max": 5})
 
 
