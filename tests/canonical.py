@@ -34,7 +34,7 @@ from typing import Any
 
 import shared_session
 from canonical_rollback import ROLLBACK_RUNS
-from helpers_training import QUICKSTARTS, write_quickstart_config
+from helpers_training import QUICKSTARTS, checkpoint_section, write_quickstart_config
 from launch import Launched, msmon_env, records
 
 HERE = Path(__file__).resolve().parent
@@ -326,7 +326,8 @@ def diverged_stop_legacy(work: Workspace) -> dict[str, Any]:
             track_metrics=["loss", "grad_norm", "learning_rate", "throughput", "global_step", "step_time_ms"],
             health={"dead_series": {"action": "stop"}, "nonfinite": {"action": "stop"},
                     "alerts": {"webhook_url": webhook.url, "webhook_timeout_s": 3.0, "command": command}},
-            overrides={"lr_schedule.learning_rate": 1.0e4, "callbacks": [{"type": "MFLossMonitor"}, checkpoint]})
+            overrides={"lr_schedule.learning_rate": 1.0e4, "callbacks": [{"type": "MFLossMonitor"}, checkpoint],
+                       **checkpoint_section(10000, 1)})
         run = work.start("run", str(config), "--plain", "--report")
         run.finish()
     finally:
@@ -363,7 +364,7 @@ def interrupted_legacy(work: Workspace) -> dict[str, Any]:
     above the panel (--framework-logs), interrupted by SIGINT once it logged step 110 and saved its step-100
     checkpoint: exit 130, the report; `msmon run --resume` of a copy continues it. Two micro batches interleaved
     per step (the loss msmon records is the one mindformers prints, not their sum)."""
-    from msmon.runner.resume import latest_checkpoint
+    from msmon.runner.checkpoints import latest_checkpoint
 
     steps, interval = 400, 5
     config = work.config("legacy", steps, log_interval=interval, monitor_type=ALL_BACKENDS,

@@ -2,11 +2,14 @@
 
 ``write_ckpt(path, step)`` writes MindSpore's protobuf ``.ckpt`` layout (one ``Checkpoint`` message per entry: a
 weight and the scalars mindformers appends); ``write_safetensors(path, step)`` a safetensors file with the same
-entries. ``checkpoint_tree(run_dir, steps, fmt, ranks)`` lays out ``logs/output/checkpoint/rank_N/``.
+entries. ``checkpoint_tree(run_dir, steps, fmt, ranks)`` lays out ``logs/output/checkpoint/rank_N/``;
+``iteration_tree(run_dir, steps, ranks)`` mindformers 1.9's iteration layout (``iteration_<step:08d>/``), as a real
+1.9.0 save of the quickstart with a ``checkpoint:`` section left it (file names, common.json keys).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +73,30 @@ def checkpoint_tree(run_dir: Path, steps: list[int], fmt: str = "ckpt", ranks: i
     return root
 
 
+def iteration_tree(run_dir: Path, steps: list[int], ranks: int = 1, prefix: str = "llama_tiny",
+                   optimizer: bool = True) -> Path:
+    """``<run_dir>/logs/output/checkpoint/iteration_<step:08d>/``: each rank's ``<prefix>-model-<rank:07d>-<ranks:07d>
+    .safetensors`` (and ``-opt-``), rank 0's common.json, metadata.json with several ranks; and the tracker file."""
+    from safetensors.numpy import save_file
+
+    root = run_dir / "logs" / "output" / "checkpoint"
+    for step in steps:
+        directory = root / f"iteration_{step:08d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for rank in range(ranks):
+            for kind in ("model", "opt") if optimizer else ("model",):
+                save_file({f"{kind}.weight": np.ones((4, 4), np.float32)},
+                          str(directory / f"{prefix}-{kind}-{rank:07d}-{ranks:07d}.safetensors"))
+        if ranks > 1:
+            (directory / "metadata.json").write_text(json.dumps({"storage_data": {}}))
+        (directory / "common.json").write_text(json.dumps(
+            {"epoch_num": 1, "step_num": step, "global_step": step, "loss_scale": 1.0, "global_batch_size": 2,
+             "ckpt_status": None}, indent=4))
+    if steps:
+        (root / "latest_checkpointed_iteration.txt").write_text(str(max(steps)))
+    return root
+
+
 def cut(path: Path, keep: int = -20) -> Path:
     """``path`` cut short by ``-keep`` bytes (a save that died half-way)."""
     data = path.read_bytes()
@@ -78,4 +105,4 @@ def cut(path: Path, keep: int = -20) -> Path:
     return path
 
 
-__all__ = ["checkpoint_tree", "cut", "write_ckpt", "write_safetensors"]
+__all__ = ["checkpoint_tree", "cut", "iteration_tree", "write_ckpt", "write_safetensors"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from helpers_training import QUICKSTARTS, write_quickstart_config
+from helpers_training import QUICKSTARTS, checkpoint_section, write_quickstart_config
 
 STEPS = 300
 BATCH = 8  # the quickstart's 2 learns too noisily for a final loss to compare (one step's loss varies by half)
@@ -67,7 +67,8 @@ def rollback_config(directory: Path, model: str, data: Path, *, health: dict[str
                                                  "track_metrics": ["loss", "grad_norm"], "health": health, **monitor},
         overrides={"train_dataset.data_loader.dataset_dir": str(data), "train_dataset.data_loader.shuffle": False,
                    "train_dataset.data_loader.num_samples": steps * BATCH, **batch,
-                   "callbacks.1.save_checkpoint_steps": checkpoint_steps, "callbacks.1.keep_checkpoint_max": 5})
+                   "callbacks.1.save_checkpoint_steps": checkpoint_steps, "callbacks.1.keep_checkpoint_max": 5,
+                   **checkpoint_section(checkpoint_steps, 5)})
 
 
 def run_dir(directory: Path, model: str) -> Path:

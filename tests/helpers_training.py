@@ -38,6 +38,12 @@ PROJECTS = {"legacy": "quickstart", "mcore": "quickstart_qwen3"}
 BATCH_SIZE = 2
 
 
+def checkpoint_section(every: int, keep: int) -> dict[str, int]:
+    """Overrides of the quickstarts' ``checkpoint:`` section (mindformers 1.9 reads it over the CheckpointMonitor's
+    own keys, msmon.compat.internals.checkpoint_section): a checkpoint every ``every`` steps, the last ``keep`` kept."""
+    return {"checkpoint.save_interleaved_steps": every, "checkpoint.save_max": keep}
+
+
 def write_quickstart_config(
     directory: str | Path,
     *,

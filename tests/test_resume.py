@@ -26,11 +26,18 @@ import pytest
 from conftest import run_msmon
 from helpers_chat import RobotServer
 from helpers_ranks import processes_of
-from helpers_training import PROJECTS, QUICKSTARTS, mindformers_step_lines, parse_step_lines, write_quickstart_config
+from helpers_training import (
+    PROJECTS,
+    QUICKSTARTS,
+    checkpoint_section,
+    mindformers_step_lines,
+    parse_step_lines,
+    write_quickstart_config,
+)
 from launch import Launched, records
 from omegaconf import OmegaConf
 
-from msmon.runner.resume import latest_checkpoint
+from msmon.runner.checkpoints import latest_checkpoint
 from msmon.view.report import write_report
 from msmon.view.series import load_run
 
@@ -49,7 +56,8 @@ def _config(tmp_path: Path, path: str, run_name: str = "resumed", overrides: dic
     callbacks = [dict(c, save_checkpoint_steps=EVERY) if c["type"] == "CheckpointMonitor" else c for c in shipped]
     callbacks += (overrides or {}).pop("callbacks", [])
     config = write_quickstart_config(tmp_path, steps=STEPS, source=QUICKSTARTS[path], run_name=run_name,
-                                     overrides={"callbacks": callbacks, **(overrides or {})}, **monitor)
+                                     overrides={"callbacks": callbacks, **checkpoint_section(EVERY, 3),
+                                                **(overrides or {})}, **monitor)
     return config, tmp_path / "monitor_logs" / PROJECTS[path] / run_name
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import tree_snapshot
-from helpers_checkpoints import checkpoint_tree, cut, write_ckpt, write_safetensors
+from helpers_checkpoints import checkpoint_tree, cut, iteration_tree, write_ckpt, write_safetensors
 from helpers_training import QUICKSTARTS, quickstart_parts, write_quickstart_config
 
 from msmon import layout
@@ -31,21 +31,18 @@ from msmon.run_record import AttemptReason, RunRecord
 from msmon.runner import rundir, runinfo
 from msmon.runner.attempt_entries import begin, carried_over, replace_last
 from msmon.runner.attempts import RestartPolicy
+from msmon.runner.checkpoints import ITERATION_LAYOUT, ResumePoint, latest_checkpoint, saved_checkpoints
 from msmon.runner.lifecycle import restart_cause
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions
 from msmon.runner.results import RankResults, RunResult
-from msmon.runner.resume import (
-    HYPER_PARAM_FILE,
-    ResumePoint,
-    check_fits,
-    latest_checkpoint,
-    resume_overrides,
-    training_layout,
-)
+from msmon.runner.resume import HYPER_PARAM_FILE, check_fits, resume_overrides, training_layout
 from msmon.runner.supervise import Supervisor
 from msmon.status import Attempt, RunStatus
 from msmon.util.internal_errors import InternalErrors
+
+#: A quickstart that saves the rank layout: no checkpoint: section (as mindformers 1.8 reads it, or a user's own).
+RANK_LAYOUT: dict[str, Any] = {"checkpoint": None}
 
 
 @pytest.mark.parametrize("fmt", ["ckpt", "safetensors"])
@@ -82,7 +79,7 @@ def test_mindformers_1_9_nested_checkpoint_directory_is_found(tmp_path: Path) ->
 
 
 def test_a_checkpoint_that_does_not_fit_is_refused_in_one_line(tmp_path: Path) -> None:
-    training, _ = quickstart_parts(write_quickstart_config(tmp_path, steps=10))
+    training, _ = quickstart_parts(write_quickstart_config(tmp_path, steps=10, overrides=RANK_LAYOUT))
     checkpoint_tree(tmp_path, [100], ranks=2)
     point = latest_checkpoint(tmp_path)
     assert point is not None
@@ -95,7 +92,8 @@ def test_a_checkpoint_that_does_not_fit_is_refused_in_one_line(tmp_path: Path) -
         check_fits(point, changed, 2, recorded)
     check_fits(point, training, 2, recorded)
     (tmp_path / "q").mkdir()
-    mcore, _ = quickstart_parts(write_quickstart_config(tmp_path / "q", steps=10, source=QUICKSTARTS["mcore"]))
+    mcore, _ = quickstart_parts(write_quickstart_config(tmp_path / "q", steps=10, source=QUICKSTARTS["mcore"],
+                                                        overrides=RANK_LAYOUT))
     with pytest.raises(MsmonError, match="resume from safetensors"):
         check_fits(point, mcore, 2)
 
@@ -106,7 +104,7 @@ def test_resume_keys_as_the_installed_mindformers_reads_them(tmp_path: Path, fmt
     root = checkpoint_tree(tmp_path, [100], fmt=fmt)
     point = latest_checkpoint(tmp_path)
     assert point is not None
-    config = write_quickstart_config(tmp_path, steps=10)
+    config = write_quickstart_config(tmp_path, steps=10, overrides=RANK_LAYOUT)
     overrides = resume_overrides(point, tmp_path, {"use_parallel": parallel})
     resolved = load_config(config, overrides).resolved()  # the keys go through the worker's own override parser
     assert resolved["use_legacy_format"] is True and resolved["load_ckpt_format"] == fmt
@@ -116,6 +114,52 @@ def test_resume_keys_as_the_installed_mindformers_reads_them(tmp_path: Path, fmt
         assert os.listdir(link.parent) == [HYPER_PARAM_FILE] and link.resolve() == point.path.resolve()
     else:
         assert resolved["resume_training"] == point.name and resolved["load_checkpoint"] == str(root)
+
+
+def test_the_iteration_layout_is_listed_and_its_latest_whole_directory_is_picked(tmp_path: Path) -> None:
+    """mindformers 1.9 with a checkpoint: section saves iteration_<step>/ directories: the latest one whose common.json
+    holds a step and whose every rank's model and optimizer files are there and whole is picked (before a rollback's
+    step too); a directory cut short, missing a rank's file or its common.json is skipped, and every directory is
+    listed for a rollback to set aside."""
+    root = iteration_tree(tmp_path, [100, 200, 300, 400], ranks=2)
+    (root / "iteration_00000400" / "common.json").unlink()  # rank 0 had not finished
+    cut(root / "iteration_00000300" / "llama_tiny-opt-0000001-0000002.safetensors")
+    (root / "iteration_00000200" / "metadata.json").unlink()  # several ranks leave metadata.json
+    point = latest_checkpoint(tmp_path)
+    assert point is not None and (point.layout, point.step, point.ranks) == (ITERATION_LAYOUT, 100, 2)
+    assert point.path == root / "iteration_00000100" and point.to_json()["path"] == str(point.path)
+    one = tmp_path / "one"
+    iteration_tree(one, [100, 200])
+    assert latest_checkpoint(one).step == 200 and latest_checkpoint(one, before=200).step == 100
+    (one / "logs/output/checkpoint/iteration_00000200/llama_tiny-model-0000000-0000001.safetensors").unlink()
+    assert latest_checkpoint(one).step == 100
+    assert sorted((step, path.name) for step, path in saved_checkpoints(tmp_path)) == [
+        (100, "iteration_00000100"), (200, "iteration_00000200"), (300, "iteration_00000300"),
+        (400, "iteration_00000400")]  # the one without common.json: its name's step
+
+
+def test_resume_keys_of_the_iteration_layout(tmp_path: Path) -> None:
+    """A quickstart (checkpoint: section) resumes from an iteration directory through checkpoint.load_path,
+    checkpoint.no_load_optim and load_ckpt_format (safetensors: 1.9 refuses the directory as a ckpt), nothing
+    else; a rank-layout checkpoint with that section, or an iteration one on a config without it, is refused in one
+    line."""
+    iteration_tree(tmp_path, [100])
+    point = latest_checkpoint(tmp_path)
+    config = write_quickstart_config(tmp_path, steps=10)
+    training, _ = quickstart_parts(config)
+    check_fits(point, training, 1)
+    resolved = load_config(config, keys := resume_overrides(point, tmp_path, training)).resolved()
+    assert [item.split("=")[0] for item in keys] == ["checkpoint.load_path", "checkpoint.no_load_optim",
+                                                      "load_ckpt_format"]
+    assert resolved["checkpoint"]["load_path"] == str(point.path) and resolved["checkpoint"]["no_load_optim"] is False
+    assert "use_legacy_format" not in resolved and not (tmp_path / layout.RESUME_LINKS).exists()
+    (tmp_path / "r").mkdir()
+    legacy, _ = quickstart_parts(write_quickstart_config(tmp_path / "r", steps=10, overrides=RANK_LAYOUT))
+    with pytest.raises(MsmonError, match="iteration layout"):
+        check_fits(point, legacy, 1)
+    checkpoint_tree(tmp_path / "r", [100])
+    with pytest.raises(MsmonError, match="rank layout"):
+        check_fits(latest_checkpoint(tmp_path / "r"), training, 1)
 
 
 def test_records_after_the_resume_step_are_kept_aside(tmp_path: Path) -> None:
@@ -171,7 +215,7 @@ def test_resume_keeps_run_json_history_and_refuses_what_cannot_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    config = write_quickstart_config(tmp_path, steps=10, run_name="again")
+    config = write_quickstart_config(tmp_path, steps=10, run_name="again", overrides=RANK_LAYOUT)
     with pytest.raises(MsmonError, match="nothing to resume at .*again: no run directory"):
         prepare(RunRequest(config=str(config), resume=True))
     _, plan = prepare(RunRequest(config=str(config)))
@@ -207,7 +251,7 @@ def test_a_completed_run_is_not_resumed_and_more_steps_train_it_further(
     """`msmon resume` of a completed run started a training that failed at once and turned the run.json of a good
     run into a failed one; now it refuses (exit 1) and changes nothing, and says how to train further."""
     monkeypatch.chdir(tmp_path)
-    config = write_quickstart_config(tmp_path, steps=10, run_name="done")
+    config = write_quickstart_config(tmp_path, steps=10, run_name="done", overrides=RANK_LAYOUT)
     _, plan = prepare(RunRequest(config=str(config)))
     assert plan is not None
     run = Supervisor(plan, say=lambda line: None, view=ViewOptions())

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers_checkpoints import checkpoint_tree
+from helpers_checkpoints import checkpoint_tree, iteration_tree
 
 from msmon.anomaly import Anomaly, Rollback, StopRequest, data_position, in_effect, rollbacks_of
 from msmon.config.health import GradExplosionSettings, HealthSettings, LossSpikeSettings, RollbackSettings
@@ -131,6 +131,19 @@ def test_checkpoints_after_the_rollback_step_move_aside_and_no_longer_count(tmp_
     point, _ = rollback.choose(tmp_path, Anomaly("loss_spike", 400, 402, "x"), RollbackSettings(), [], {}, 2, None)
     assert point.step == 100
 
+
+
+def test_iteration_directories_after_the_rollback_step_move_aside_whole(tmp_path: Path) -> None:
+    """mindformers 1.9's iteration layout: each directory after the step moves aside as one (its common.json and
+    every rank's files with it), and the rollback's resume skips the data as for the rank layout."""
+    iteration_tree(tmp_path, [50, 100, 150], ranks=2)
+    assert rollback.set_aside_checkpoints(tmp_path, 100, attempt=1) == 1
+    moved = tmp_path / "logs/output/checkpoint.superseded/attempt-1/iteration_00000150"
+    assert {p.name for p in moved.iterdir()} >= {"common.json", "llama_tiny-opt-0000001-0000002.safetensors"}
+    point, _ = rollback.choose(tmp_path, Anomaly("loss_spike", 400, 402, "x"), RollbackSettings(), [], {}, 2, None)
+    assert (point.step, point.path.name) == (100, "iteration_00000100")
+    keys = resume_overrides(point, tmp_path, {}, data_position=182)
+    assert f"checkpoint.load_path='{point.path}'" in keys and "data_skip_steps=182" in keys
 
 def test_a_resume_after_a_rollback_skips_the_same_data(tmp_path: Path) -> None:
     checkpoint_tree(tmp_path, [100])

@@ -2,7 +2,8 @@
 
 Everything here was read from (and measured with) the mindformers sources of the versions named; the
 code that acts on it checks the installed version against these tables and refuses a version it does
-not know instead of guessing.
+not know instead of guessing. Kept whole because it is the one place that knows mindformers' per-release internals
+(docs/architecture.md): short, independent tables, each read from the sources of the releases it names.
 """
 
 from __future__ import annotations
@@ -182,6 +183,50 @@ def global_norm_spike_threshold(config: Mapping[str, Any] | None) -> float | Non
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
     return None
+
+
+#: The first mindformers release whose Trainer reads a top-level ``checkpoint:`` section (1.9.0:
+#: ``trainer/utils.py`` ``convert_checkpoint_config``, called from ``Trainer._migrate_checkpoint_config`` for every
+#: config; 1.8.0 reads no ``config.checkpoint`` and ignores the section). Where it is read:
+#:
+#: - without the section, every legacy checkpoint key (``CHECKPOINT_SECTION_KEYS``), at its default too, logs "The
+#:   config X is deprecated. Please use config Y in `checkpoint_config` instead.";
+#: - a non-empty section sets ``use_legacy_format`` False: ``CheckpointMonitor`` then saves
+#:   ``<save_path>/iteration_<step:08d>/`` (``<prefix>-model-<rank:07d>-<ranks:07d>.safetensors``, ``-opt-`` beside it,
+#:   ``common.json`` with the step last, ``metadata.json`` with several ranks) and ``latest_checkpointed_iteration.txt``
+#:   (``save_path: ''`` is ``<output_dir>/checkpoint``), and its values win over the ``CheckpointMonitor`` entry's own
+#:   (``BaseTrainer`` passes them as the callback's arguments); a resume is ``checkpoint.load_path: <iteration dir>``
+#:   with ``checkpoint.no_load_optim: False``;
+#: - but several ranks in data parallel mode cannot save that layout: its first save fails ("`get_strategy_metadata`
+#:   returns `None`, which indicates there is no strategy info", measured with the quickstart on two CPU ranks, 1.9.0),
+#:   so msmon hands mindformers no ``checkpoint:`` section there (the ``CheckpointMonitor``'s keys apply).
+CHECKPOINT_SECTION_SINCE = (1, 9)
+#: ``parallel.parallel_mode`` values of data parallel (``ParallelMode.DATA_PARALLEL``), as mindformers reads them.
+DATA_PARALLEL_MODES = (0, "data_parallel")
+#: A legacy checkpoint key (top level, or the ``CheckpointMonitor`` entry's) -> its name in the ``checkpoint:``
+#: section, as 1.9.0's ``convert_checkpoint_config`` pairs them (``no_*``: the legacy value negated).
+CHECKPOINT_SECTION_KEYS: dict[str, str] = {
+    "load_checkpoint": "load_path", "balanced_load": "load_balanced", "resume_training": "no_load_optim",
+    "reshard_worker_num": "reshard_worker_num", "keep_checkpoint_max": "save_max",
+    "save_checkpoint_steps": "save_interleaved_steps", "save_optimizer": "no_save_optim",
+    "remove_redundancy": "save_remove_redundancy", "async_save": "async_save", "directory": "save_path",
+    "prefix": "prefix",
+}
+
+
+def checkpoint_section(config: Mapping[str, Any] | None, version: str | None) -> Mapping[str, Any] | None:
+    """The ``checkpoint:`` section mindformers ``version`` reads from ``config`` (None: the config has none, or the
+    release reads none, ``CHECKPOINT_SECTION_SINCE``; ``version`` None: read as the newest known release). When it
+    is not None, the release saves and resumes in the iteration layout, and the section says how often and how many;
+    None too for several ranks in data parallel mode, which cannot save that layout (msmon drops the section there:
+    msmon.config.mindformers_yaml)."""
+    if version is not None and release(version) < CHECKPOINT_SECTION_SINCE:
+        return None
+    config = config or {}
+    if config.get("use_parallel") is True and dotted_get(config, "parallel.parallel_mode") in DATA_PARALLEL_MODES:
+        return None
+    section = config.get("checkpoint")
+    return section if isinstance(section, Mapping) and section else None
 
 
 def use_legacy(config: Mapping[str, Any]) -> bool:

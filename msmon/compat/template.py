@@ -1,6 +1,7 @@
 """Defaults of mindformers 1.8-1.9's config template (mindformers/tools/register/template.py) that msmon's checks
 reason about: the template is applied, since the training loads mindformers.yaml the way run_mindformer.py loads a
-YAML (``MindFormerConfig(path)``); and a ``CheckpointMonitor`` entry read with its class's defaults."""
+YAML (``MindFormerConfig(path)``); and a ``CheckpointMonitor`` entry read with its class's defaults (or the
+``checkpoint:`` section where the installed release reads one: msmon.compat.internals.checkpoint_section)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from msmon.compat.environment import package_version
+from msmon.compat.internals import checkpoint_section
 from msmon.util.numbers import positive_int
 
 #: ``MonitorConfig.dump_path``: where ``monitor_on`` dumps the local norms when the YAML names no directory.
@@ -23,7 +26,8 @@ class CheckpointSaving:
 
     every_steps: int
     keep: int
-    path: str = "callbacks[0]"  # the entry's dotted path in the config
+    path: str = "callbacks[0]"  # the entry's dotted path in the config (``checkpoint``: the section's)
+    keep_key: str = "keep_checkpoint_max"  # the key of ``keep`` there (``save_max`` in the section)
 
     def newest_before(self, step: int) -> int:
         """The step of the newest save before ``step`` (0: none)."""
@@ -40,11 +44,18 @@ class CheckpointSaving:
         return (self.keep - 2) * self.every_steps >= steps
 
 
-def checkpoint_saving(config: Mapping[str, Any] | None) -> CheckpointSaving | None:
-    """The config's ``CheckpointMonitor`` (the first one), or None when it saves no checkpoint."""
+def checkpoint_saving(config: Mapping[str, Any] | None, version: str | None = None) -> CheckpointSaving | None:
+    """The config's ``CheckpointMonitor`` (the first one), or None when it saves no checkpoint; where mindformers
+    (``version``, else the installed one) reads a ``checkpoint:`` section, its ``save_interleaved_steps`` and
+    ``save_max`` win over the entry's own keys (path ``checkpoint``)."""
     callbacks = (config or {}).get("callbacks")
     for index, entry in enumerate(callbacks if isinstance(callbacks, list) else []):
         if isinstance(entry, Mapping) and entry.get("type") == "CheckpointMonitor":
-            return CheckpointSaving(positive_int(entry.get("save_checkpoint_steps", 1)) or 1,
-                                    positive_int(entry.get("keep_checkpoint_max", 5)) or 5, f"callbacks[{index}]")
+            every, keep = entry.get("save_checkpoint_steps", 1), entry.get("keep_checkpoint_max", 5)
+            path, keep_key = f"callbacks[{index}]", "keep_checkpoint_max"
+            section = checkpoint_section(config, version if version is not None else package_version("mindformers"))
+            if section is not None:
+                every, keep = section.get("save_interleaved_steps", every), section.get("save_max", keep)
+                path, keep_key = "checkpoint", "save_max"
+            return CheckpointSaving(positive_int(every) or 1, positive_int(keep) or 5, path, keep_key)
     return None

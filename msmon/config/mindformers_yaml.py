@@ -4,7 +4,9 @@ Built from the user's YAML as mindformers itself parses it (PyYAML: ``1e-5`` sta
 where OmegaConf would make it a float), with only msmon's own changes: the values of msmon's interpolations
 (``${now:}``, ``${oc.env:}``, ``${msmon_dataset:}``) and of the command line's overrides resolved, msmon's keys
 removed from ``monitor_config`` (mindformers' template raises ``KeyError`` on them), the train-step wrapper's
-``local_norm`` when msmon records per-layer norms, ``run_mode: train`` when the YAML has none, ``base_config``
+``local_norm`` when msmon records per-layer norms, ``run_mode: train`` when the YAML has none, the ``checkpoint:``
+section dropped where mindformers would not save with it (a release without it, data parallel:
+``msmon.compat.internals.checkpoint_section``; the ``CheckpointMonitor``'s keys apply), ``base_config``
 made absolute (the file lives in another directory), and the ``auto_register`` keys of an ``msmon export`` that
 load msmon's CPU support into plain mindformers removed (msmon registers that support itself). The training
 loads that file the way ``run_mindformer.py`` does (``MindFormerConfig(path)``: mindformers' config template
@@ -20,6 +22,8 @@ from typing import Any
 import yaml
 
 from msmon import layout
+from msmon.compat import package_version
+from msmon.compat.internals import checkpoint_section
 from msmon.config.loader import LoadedConfig
 from msmon.config.split import split_monitor_config
 from msmon.errors import MsmonError
@@ -45,6 +49,8 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     if "monitor_config" not in merged and training["monitor_config"] == {"monitor_on": False}:
         del training["monitor_config"]  # mindformers' template supplies the same defaults
     training.setdefault("run_mode", DEFAULT_RUN_MODE)
+    if training.get("checkpoint") and checkpoint_section(training, package_version("mindformers")) is None:
+        del training["checkpoint"]  # a release without the section, or data parallel: the CheckpointMonitor's keys
     _drop_plain_support(training)
     if loaded.path is not None and "base_config" in training:
         training["base_config"] = _absolute(training["base_config"], Path(loaded.path).absolute().parent)

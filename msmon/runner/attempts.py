@@ -38,9 +38,10 @@ from msmon.ops.ranks import read_heartbeats
 from msmon.run_record import AttemptReason, RunRecord
 from msmon.runner import rundir
 from msmon.runner.attempt_entries import begin
+from msmon.runner.checkpoints import ResumePoint
 from msmon.runner.plan import RunPlan
 from msmon.runner.results import RankResults
-from msmon.runner.resume import ResumePoint, resume_overrides
+from msmon.runner.resume import resume_overrides
 from msmon.status import Attempt
 from msmon.util.jsonfiles import read_jsonl_tail
 

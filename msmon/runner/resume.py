@@ -1,23 +1,18 @@
 """Resuming a run (``msmon run CONFIG --resume``, ``msmon resume RUN_DIR``, an automatic restart): the checkpoint it
 continues from and the keys that make mindformers continue from it.
 
-mindformers' CheckpointMonitor writes ``<output>/checkpoint/rank_N/<prefix>_rank_N-<epoch>_<step>.<ckpt|safetensors>``
-(``checkpoint/checkpoint/rank_N`` in mindformers 1.9 when ``use_legacy_format`` was left to a dict config: runs
-before msmon set it). A checkpoint is usable when every rank's file of it is whole (``compat.checkpoint_file``), and
-its step is the ``step_num`` inside the files, not the one in the name. Before a user's resume: the run exists, is
-not running, and has a complete checkpoint that fits the plan; each failure is one line (exit 1) and nothing is
-created.
+The checkpoints themselves, of either layout mindformers saves: ``msmon.runner.checkpoints``. Before a user's resume:
+the run exists, is not running, and has a complete checkpoint that fits the plan; each failure is one line (exit 1)
+and nothing is created.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +20,12 @@ import psutil
 
 from msmon import layout
 from msmon.compat import package_version, use_legacy
-from msmon.compat.checkpoint_file import FORMATS, CheckpointFile, Incomplete, read_checkpoint
+from msmon.compat.internals import checkpoint_section
 from msmon.compat.template import checkpoint_saving
 from msmon.config.loader import override_value
-from msmon.errors import ExitCode, MsmonError, describe
+from msmon.errors import ExitCode, MsmonError
 from msmon.run_record import RunRecord, recorded
+from msmon.runner.checkpoints import ITERATION_LAYOUT, RANK_LAYOUT, ResumePoint, latest_checkpoint
 from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.mapping import dotted_get
@@ -37,8 +33,6 @@ from msmon.util.numbers import positive_int
 
 logger = logging.getLogger("msmon")
 
-RANK_DIR = re.compile(r"^rank_(\d+)$")
-RANK_IN_NAME = re.compile(r"_rank_(\d+)")
 #: The config keys that must not change between the attempts of a run (the layout of the checkpoint and the
 #: meaning of a step); run.json records them (``layout``) when a run starts.
 FIXED_KEYS = ("use_parallel", "parallel_config.data_parallel", "parallel_config.model_parallel",
@@ -52,9 +46,17 @@ GENERATED_NAME_HINT = ("a run_name that is generated (auto, ${now:...}) names a 
                        "continue a run with `msmon resume RUN_DIR`")
 
 
-def resume_keys(*, fmt: str, parallel: bool, root: str, name: str, link_dir: str) -> dict[str, Any]:
+def resume_keys(*, fmt: str, parallel: bool, root: str, name: str, link_dir: str,
+                layout_name: str = RANK_LAYOUT) -> dict[str, Any]:
     """The keys that make mindformers 1.8-1.9 resume from CheckpointMonitor's per-rank files
     (``<root>/rank_N/<prefix>_rank_N-<epoch>_<step>.<fmt>``, ``use_legacy_format: True``), measured by training.
+
+    - the iteration layout (1.9 with a ``checkpoint:`` section, ``<root>/<name>`` = ``iteration_<step>/``):
+      ``checkpoint.load_path: <that directory>`` with ``checkpoint.no_load_optim: False`` and ``load_ckpt_format:
+      safetensors`` (with ``ckpt``, 1.9's ``preload_ckpt`` refuses the directory: "not a valid path to load
+      checkpoint"); mindformers reads the step,
+      epoch and loss scale from its common.json, the weights and optimizer state from its safetensors files (every
+      rank its shards), and skips the data to the step.
 
     - ``resume_training: <file name of rank 0>`` with ``load_checkpoint: <root>`` (the directory holding
       ``rank_N/``): every rank reads ``rank_<its rank>/<the name with its rank>`` and its step, epoch, loss scale
@@ -68,108 +70,14 @@ def resume_keys(*, fmt: str, parallel: bool, root: str, name: str, link_dir: str
     - ``resume_training: True`` with ``load_checkpoint: <root>`` lets mindformers pick by ``meta.json``, which
       names the file by the step counted from the last resume (``-1_100`` may hold step 300): not used.
     """
+    if layout_name == ITERATION_LAYOUT:
+        return {"checkpoint.load_path": f"{root}/{name}", "checkpoint.no_load_optim": False,
+                "load_ckpt_format": "safetensors"}
     if fmt == "safetensors" and not parallel:
         return {"use_legacy_format": True, "load_ckpt_format": fmt, "resume_training": True,
                 "load_checkpoint": link_dir, "auto_trans_ckpt": False}
     return {"use_legacy_format": True, "load_ckpt_format": fmt, "resume_training": name, "load_checkpoint": root,
             "auto_trans_ckpt": False}
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """The checkpoint a run resumes from: rank 0's file, its step, and how many ranks wrote it."""
-
-    root: Path  # the directory holding rank_N/
-    name: str  # rank 0's file name; rank r's is the same with _rank_r
-    fmt: str  # ckpt | safetensors
-    step: int
-    ranks: int
-
-    @property
-    def path(self) -> Path:
-        return self.root / "rank_0" / self.name
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": str(self.path), "step": self.step, "format": self.fmt, "ranks": self.ranks}
-
-
-def rank_name(name: str, rank: int) -> str:
-    """The file name rank ``rank`` gave the checkpoint rank 0 named ``name`` (mindformers' own rule)."""
-    return RANK_IN_NAME.sub(f"_rank_{rank}", name, count=1)
-
-
-def checkpoint_roots(run_dir: Path) -> list[Path]:
-    """Directories under the run's checkpoint directory that hold ``rank_N/`` directories."""
-    base = run_dir / layout.CHECKPOINTS
-    return [root for root in (base, base / "checkpoint") if (root / "rank_0").is_dir()]
-
-
-def _rank_dirs(root: Path) -> list[Path]:
-    return sorted((p for p in root.iterdir() if p.is_dir() and RANK_DIR.match(p.name)),
-                  key=lambda p: int(p.name.split("_")[1]))
-
-
-def _whole(path: Path, skipped: list[str]) -> CheckpointFile | None:
-    try:
-        found = read_checkpoint(path)
-    except (OSError, Incomplete) as exc:
-        skipped.append(f"{path.name}: {describe(exc)}")
-        return None
-    if found.step is None:
-        skipped.append(f"{path.name}: holds no step_num")
-        return None
-    return found
-
-
-def _candidates(root: Path, skipped: list[str]) -> list[CheckpointFile]:
-    """Rank 0's whole checkpoint files under ``root``, the latest step first (then the newest file)."""
-    files = [p for p in (root / "rank_0").iterdir() if p.suffix in FORMATS and p.is_file()]
-    whole = [found for path in files if (found := _whole(path, skipped)) is not None]
-    return sorted(whole, key=lambda c: (c.step or 0, c.path.stat().st_mtime), reverse=True)
-
-
-def _point(root: Path, first: CheckpointFile, skipped: list[str]) -> ResumePoint | None:
-    """``first`` (rank 0's file) as a resume point when every other rank has the same step whole."""
-    ranks = _rank_dirs(root)
-    for rank_dir in ranks[1:]:
-        rank = int(rank_dir.name.split("_")[1])
-        other = rank_dir / rank_name(first.path.name, rank)
-        found = _whole(other, skipped) if other.is_file() else None
-        if found is None or found.step != first.step:
-            skipped.append(f"{first.path.name}: rank {rank}'s file {other.name} is missing, cut short or another step")
-            return None
-    return ResumePoint(root, first.path.name, first.format, int(first.step or 0), len(ranks))
-
-
-def latest_checkpoint(run_dir: Path, *, before: int | None = None) -> ResumePoint | None:
-    """The run's latest checkpoint whose files are whole on every rank (of a step before ``before`` when given), or
-    None; half-written ones are skipped (each named in a debug line)."""
-    skipped: list[str] = []
-    best: ResumePoint | None = None
-    for root in checkpoint_roots(run_dir):
-        for candidate in _candidates(root, skipped):
-            if before is not None and (candidate.step or 0) >= before:
-                continue
-            if best is not None and (candidate.step or 0) <= best.step:
-                break
-            point = _point(root, candidate, skipped)
-            if point is not None:
-                best = point
-                break
-    for line in skipped:
-        logger.debug("msmon: checkpoint skipped: %s", line)
-    return best
-
-
-def checkpoint_files(run_dir: Path) -> list[CheckpointFile]:
-    """Every whole checkpoint file of every rank (its step read from inside)."""
-    skipped: list[str] = []
-    found = []
-    for root in checkpoint_roots(run_dir):
-        for rank_dir in _rank_dirs(root):
-            found += [whole for path in sorted(rank_dir.iterdir()) if path.suffix in FORMATS and path.is_file()
-                      and (whole := _whole(path, skipped)) is not None]
-    return found
 
 
 def training_layout(training: Mapping[str, Any], world_size: int) -> dict[str, Any]:
@@ -203,6 +111,15 @@ def check_fits(point: ResumePoint, training: Mapping[str, Any], world_size: int,
         raise MsmonError(f"{where} is a .ckpt file; the mcore models (use_legacy: False) resume from safetensors",
                          "set the CheckpointMonitor's checkpoint_format: safetensors")
     version = package_version("mindformers")
+    section = checkpoint_section(training, version)
+    if point.layout == ITERATION_LAYOUT and section is None:
+        raise MsmonError(f"{where} is in mindformers 1.9's iteration layout, which mindformers {version or 'unknown'} "
+                         "reads only with a checkpoint: section in the config",
+                         "resume with the config (and mindformers) the run was written with")
+    if point.layout == RANK_LAYOUT and section is not None:
+        raise MsmonError(f"{where} is in the rank layout (use_legacy_format); the config's checkpoint: section makes "
+                         "mindformers read the iteration layout",
+                         "resume with the config the run was written with (`msmon resume RUN_DIR` uses its own)")
     if version not in RESUME_VERIFIED:
         raise MsmonError(f"msmon's resume keys were proven with mindformers {', '.join(RESUME_VERIFIED)}; "
                          f"the installed version is {version or 'unknown'}",
@@ -217,10 +134,10 @@ def resume_overrides(point: ResumePoint, run_dir: Path, training: Mapping[str, A
     skip when they are not the checkpoint's step (after a rollback, msmon.runner.rollback)."""
     parallel = bool(training.get("use_parallel"))
     link_dir = run_dir / layout.RESUME_LINKS
-    if point.fmt == "safetensors" and not parallel:
+    if point.layout == RANK_LAYOUT and point.fmt == "safetensors" and not parallel:
         link_to(point.path, link_dir / HYPER_PARAM_FILE)
     keys = resume_keys(fmt=point.fmt, parallel=parallel, root=str(point.root), name=point.name,
-                       link_dir=str(link_dir))
+                       link_dir=str(link_dir), layout_name=point.layout)
     if data_position is not None and data_position != point.step:
         keys.update(data_skip_steps=data_position, ignore_data_skip=False)
     return [f"{key}={override_value(value)}" for key, value in keys.items()]

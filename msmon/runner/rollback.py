@@ -14,8 +14,8 @@ run ends as what it is: completed, its data exhausted (``DataExhausted``).
 
 The checkpoint: the newest one whole on every rank whose step is before the anomaly's onset by
 ``health.rollback.margin_steps``. Checkpoints the rolled-back attempt saved after it move aside
-(``logs/output/checkpoint.superseded/attempt-N/``), so neither a later rollback, a restart nor mindformers'
-``keep_checkpoint_max`` ever takes one trained on the bad data.
+(``logs/output/checkpoint.superseded/attempt-N/``; an ``iteration_<step>/`` directory whole), so neither a later
+rollback, a restart nor mindformers' ``keep_checkpoint_max`` ever takes one trained on the bad data.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from msmon import layout
 from msmon.anomaly import Anomaly, Rollback, data_position
 from msmon.compat.parallel import samples_per_step
 from msmon.config.health import RollbackSettings
-from msmon.runner.resume import ResumePoint, checkpoint_files, latest_checkpoint
+from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, saved_checkpoints
 from msmon.util.jsonfiles import read_jsonl_tail
 
 logger = logging.getLogger("msmon")
@@ -73,17 +73,17 @@ def choose(run_dir: Path, anomaly: Anomaly, settings: RollbackSettings, earlier:
 
 
 def set_aside_checkpoints(run_dir: Path, after_step: int, attempt: int) -> int:
-    """Move every checkpoint file of a step after ``after_step`` to ``checkpoint.superseded/attempt-N/`` (its
-    path below the checkpoint directory kept); how many files moved."""
+    """Move every checkpoint of a step after ``after_step`` (each rank's file; an iteration directory whole) to
+    ``checkpoint.superseded/attempt-N/`` (its path below the checkpoint directory kept); how many moved."""
     base = run_dir / layout.CHECKPOINTS
     aside = layout.superseded_checkpoints(run_dir, attempt)
     moved = 0
-    for found in checkpoint_files(run_dir):
-        if found.step is None or found.step <= after_step:
+    for step, path in saved_checkpoints(run_dir):
+        if step <= after_step:
             continue
-        target = aside / found.path.relative_to(base)
+        target = aside / path.relative_to(base)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(found.path, target)
+        shutil.move(path, target)
         moved += 1
     return moved
 

@@ -29,12 +29,13 @@ from msmon.run_record import AttemptReason, RunRecord, recorded, write_run_recor
 from msmon.runner import attempts, rollback, rundir, runinfo, stacks
 from msmon.runner.attempt_entries import carried_over, replace_last
 from msmon.runner.board_beside import BoardBeside
+from msmon.runner.checkpoints import ResumePoint, latest_checkpoint
 from msmon.runner.lifecycle import Lifecycle, SignalAction
 from msmon.runner.plan import RunPlan
 from msmon.runner.protocol import RankSpec, ViewOptions
 from msmon.runner.rank_watch import RankWatcher
 from msmon.runner.results import RankResults, RunResult
-from msmon.runner.resume import ResumePoint, latest_checkpoint, training_layout
+from msmon.runner.resume import training_layout
 from msmon.runner.training_process import TrainingProcess
 from msmon.status import Attempt, RunStatus
 from msmon.util import internal_errors, logs

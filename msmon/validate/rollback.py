@@ -49,7 +49,7 @@ def check_rollback(ctx: CheckContext) -> list[Finding]:
             "MS811", where, f"the CheckpointMonitor keeps {saving.keep} checkpoints {saving.every_steps} steps apart; "
             f"an anomaly is found up to about {lag} steps after its onset, and then no kept checkpoint may lie "
             f"{health.rollback.margin_steps} steps before the onset (a rollback would stop the run instead)",
-            f"set {saving.path}.keep_checkpoint_max: {needed}, or save more often"))
+            f"set {saving.path}.{saving.keep_key}: {needed}, or save more often"))
     steps, skip = data_steps(ctx.training), health.rollback.skip_steps
     if steps is not None and skip + health.rollback.margin_steps >= steps * LITTLE_DATA:
         found.append(warning(
