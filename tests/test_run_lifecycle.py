@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_msmon, tree_snapshot
-from helpers_checkpoints import checkpoint_tree
+from helpers_checkpoints import iteration_tree
 from helpers_training import write_quickstart_config
 from launch import Launched, records
 
@@ -82,7 +82,7 @@ def test_an_existing_run_directory_is_refused_unless_resume(tmp_path: Path) -> N
     (tmp_path / "monitor_logs" / "quickstart" / "taken" / "run.json").write_text('{"status": "interrupted"}')
     no_checkpoint = run_msmon("run", str(config), "--dry-run", "--resume", cwd=tmp_path, env=_env(tmp_path))
     assert no_checkpoint.code == 1 and "no complete checkpoint to resume from" in no_checkpoint.stderr
-    checkpoint_tree(tmp_path / "monitor_logs" / "quickstart" / "taken", [10])
+    iteration_tree(tmp_path / "monitor_logs" / "quickstart" / "taken", [10])  # the quickstart saves 1.9's layout
     resumed = run_msmon("run", str(config), "--dry-run", "--resume", cwd=tmp_path, env=_env(tmp_path))
     assert resumed.code == 0, resumed.stderr
     assert "(resume)" in resumed.stdout and "resume from:   step 10" in resumed.stdout
