@@ -206,14 +206,32 @@ def test_the_run_directorys_mindformers_yaml_is_what_export_writes(canonical, tm
     assert "_apply_template: Some configs in yaml are useless for train" in info_log  # loaded through the template
 
 
+@pytest.mark.parametrize("model", ["quickstart", "quickstart-qwen3"])
+def test_a_checkpoint_to_start_from_reaches_the_loader_that_reads_it(model: str) -> None:
+    """`--load_checkpoint DIR` on a quickstart (mindformers 1.9's checkpoint: section, `load_path: ''`) becomes the
+    section's load_path (1.9.0 maps the legacy key only onto an absent one: the flag was silently ignored); a
+    checkpoint file (the rank layout's .ckpt or .safetensors) drops the section, since only the legacy loader reads a
+    file; a load_path the user set is kept."""
+    directory = mindformers_config(load_config(model, ["load_checkpoint=/ckpt/iteration_00000200"]))
+    assert directory["checkpoint"]["load_path"] == "/ckpt/iteration_00000200"
+    assert directory["checkpoint"]["no_load_optim"] is True  # weights only, as mindformers maps resume_training False
+    assert directory["load_ckpt_format"] == "safetensors"  # the layout's format: with ckpt 1.9.0 refuses a directory
+    for file in ("/ckpt/rank_0/llama_tiny_rank_0-1_200.ckpt", "/ckpt/rank_0/m.safetensors"):
+        assert "checkpoint" not in mindformers_config(load_config(model, [f"load_checkpoint={file}"]))
+    kept = mindformers_config(load_config(model, ["load_checkpoint=/a", "checkpoint.load_path=/b"]))
+    assert kept["checkpoint"]["load_path"] == "/b"
+    assert mindformers_config(load_config(model))["checkpoint"]["load_path"] == ""
+
+
 @pytest.mark.training
 def test_finetune_from_a_checkpoint_with_run_mindformers_flags_starts_at_its_loss(canonical, tmp_path: Path) -> None:
     """`msmon run CONFIG --run_mode finetune --load_checkpoint CKPT`, as run_mindformer.py takes them, from the last
-    checkpoint of the canonical completed legacy run (200 steps): the first step's loss is that run's level, not the
-    untrained start's."""
+    checkpoint of the canonical completed legacy run (200 steps, mindformers 1.9's iteration layout): the first
+    step's loss is that run's level, not the untrained start's (the quickstart's `checkpoint.load_path: ''` would
+    have made mindformers ignore the flag and start from scratch)."""
     trained = canonical("completed_legacy")
-    ckpt = trained.run_dir / "logs" / "output" / "checkpoint" / "rank_0" / "llama_tiny_rank_0-1_200.ckpt"
-    assert ckpt.is_file()
+    ckpt = trained.run_dir / "logs" / "output" / "checkpoint" / "iteration_00000200"
+    assert (ckpt / "common.json").is_file()
     start, end = trained.records()[0]["loss"], trained.records()[-1]["loss"]
     config = write_quickstart_config(tmp_path, steps=2, log_interval=1, monitor_type=["file"])
     result = run_msmon("run", str(config), "--plain", "--run_mode", "finetune", "--load_checkpoint", str(ckpt),
@@ -221,7 +239,7 @@ def test_finetune_from_a_checkpoint_with_run_mindformers_flags_starts_at_its_los
     assert result.code == 0, result.stderr[-3000:]
     run_dir = tmp_path / "monitor_logs" / "quickstart" / "test_run"
     handed = yaml.safe_load((run_dir / "mindformers.yaml").read_text())
-    assert handed["run_mode"] == "finetune" and handed["load_checkpoint"] == str(ckpt)
+    assert handed["run_mode"] == "finetune" and handed["checkpoint"]["load_path"] == str(ckpt)
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and abs(first["loss"] - end) < abs(first["loss"] - start) and first["loss"] < 5.0, (
         first["loss"], start, end)

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_checkpoints import checkpoint_tree
+from helpers_checkpoints import iteration_tree
 from helpers_training import write_quickstart_config
 
 from msmon.errors import MsmonError
@@ -226,7 +226,7 @@ def test_resume_reuses_the_run_directory_and_lists_the_attempts(
     assert none is None and any(f.code == "MS103" for f in refused.findings)
     with pytest.raises(MsmonError, match="already exists"):  # the atomic mkdir, should validation race
         Supervisor(plan, say=lambda line: None, view=ViewOptions()).create()
-    checkpoint_tree(plan.run_dir, [10])
+    iteration_tree(plan.run_dir, [10])  # the quickstart saves 1.9's layout
     result, resumed = prepare(RunRequest(config=str(config), resume=True))
     assert resumed is not None, [f.message for f in result.findings]
     second = Supervisor(resumed, say=lambda line: None, view=ViewOptions())

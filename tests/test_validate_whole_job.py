@@ -257,3 +257,28 @@ def test_the_keys_of_a_strict_section_and_the_users_own_values(registry: Builtin
     assert next(f["hint"] for f in found if f["code"] == "MS022") == "did you mean 'epochs'?"
     assert {c for c in codes if c[0] in ("MS020", "MS021")} == {("MS021", "note_to_self", "warning"),
                                                                 ("MS021", "uses_it", "warning")}
+
+
+def test_a_checkpoint_section_on_a_release_that_reads_none() -> None:
+    """MS027: mindformers 1.8 reads no checkpoint: section (msmon hands it none): silent when the CheckpointMonitor
+    saves as the section says (the quickstarts carry both), a warning naming each key that saves differently, and
+    one when no CheckpointMonitor saves at all; nothing on 1.9, which reads the section."""
+    from msmon.config.loader import config_from_dict
+    from msmon.config.schema import MonitorSettings
+    from msmon.validate.context import CheckContext
+    from msmon.validate.top_level import check_checkpoint_section
+
+    def found(training: dict[str, Any], version: str) -> list[str]:
+        ctx = CheckContext(config_from_dict(training), training, {}, MonitorSettings())
+        return [f"{f.code} {f.severity}: {f.message}" for f in check_checkpoint_section(ctx, version)]
+
+    quickstart = load_config(QUICKSTART).resolved()
+    assert found(quickstart, "1.8.0") == [] and found(quickstart, "1.9.0") == []
+    differs = {**quickstart, "checkpoint": {**quickstart["checkpoint"], "save_max": 7, "save_interleaved_steps": 50}}
+    assert found(differs, "1.8.0") == ["MS027 warning: mindformers 1.8.0 reads no checkpoint: section; the "
+                                       "CheckpointMonitor's keys apply instead: keep_checkpoint_max 3 (the "
+                                       "section's save_max: 7), save_checkpoint_steps 100 (the section's "
+                                       "save_interleaved_steps: 50)"]
+    assert found(differs, "1.9.0") == []
+    alone = {**quickstart, "callbacks": [{"type": "MFLossMonitor"}]}
+    assert [f.split(":")[0] for f in found(alone, "1.8.0")] == ["MS027 warning"]

@@ -201,6 +201,12 @@ def global_norm_spike_threshold(config: Mapping[str, Any] | None) -> float | Non
 #:   returns `None`, which indicates there is no strategy info", measured with the quickstart on two CPU ranks, 1.9.0),
 #:   so msmon hands mindformers no ``checkpoint:`` section there (the ``CheckpointMonitor``'s keys apply).
 CHECKPOINT_SECTION_SINCE = (1, 9)
+#: The ``load_ckpt_format`` of the iteration layout (1.9.0 saves it in safetensors only; with ``ckpt`` the Trainer's
+#: ``preload_ckpt`` refuses its directory).
+ITERATION_FORMAT = "safetensors"
+#: A ``load_checkpoint`` ending so names one checkpoint file of the rank layout: 1.9.0's iteration loader takes only
+#: directories (``verify_ckpt_valid``), so such a config trains in the legacy format.
+LEGACY_CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")
 #: ``parallel.parallel_mode`` values of data parallel (``ParallelMode.DATA_PARALLEL``), as mindformers reads them.
 DATA_PARALLEL_MODES = (0, "data_parallel")
 #: A legacy checkpoint key (top level, or the ``CheckpointMonitor`` entry's) -> its name in the ``checkpoint:``
@@ -218,12 +224,15 @@ def checkpoint_section(config: Mapping[str, Any] | None, version: str | None) ->
     """The ``checkpoint:`` section mindformers ``version`` reads from ``config`` (None: the config has none, or the
     release reads none, ``CHECKPOINT_SECTION_SINCE``; ``version`` None: read as the newest known release). When it
     is not None, the release saves and resumes in the iteration layout, and the section says how often and how many;
-    None too for several ranks in data parallel mode, which cannot save that layout (msmon drops the section there:
+    None too for several ranks in data parallel mode, which cannot save that layout, and for a ``load_checkpoint``
+    naming one checkpoint file, which only the legacy loader reads (msmon drops the section there:
     msmon.config.mindformers_yaml)."""
     if version is not None and release(version) < CHECKPOINT_SECTION_SINCE:
         return None
     config = config or {}
     if config.get("use_parallel") is True and dotted_get(config, "parallel.parallel_mode") in DATA_PARALLEL_MODES:
+        return None
+    if str(config.get("load_checkpoint") or "").endswith(LEGACY_CHECKPOINT_SUFFIXES):
         return None
     section = config.get("checkpoint")
     return section if isinstance(section, Mapping) and section else None

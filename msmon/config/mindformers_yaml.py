@@ -5,8 +5,9 @@ where OmegaConf would make it a float), with only msmon's own changes: the value
 (``${now:}``, ``${oc.env:}``, ``${msmon_dataset:}``) and of the command line's overrides resolved, msmon's keys
 removed from ``monitor_config`` (mindformers' template raises ``KeyError`` on them), the train-step wrapper's
 ``local_norm`` when msmon records per-layer norms, ``run_mode: train`` when the YAML has none, the ``checkpoint:``
-section dropped where mindformers would not save with it (a release without it, data parallel:
-``msmon.compat.internals.checkpoint_section``; the ``CheckpointMonitor``'s keys apply), ``base_config``
+section dropped where mindformers would not save with it (a release without it, data parallel, a checkpoint file to
+start from: ``msmon.compat.internals.checkpoint_section``; the ``CheckpointMonitor``'s keys apply) and given a
+``load_checkpoint`` directory as its ``load_path`` where it stays, ``base_config``
 made absolute (the file lives in another directory), and the ``auto_register`` keys of an ``msmon export`` that
 load msmon's CPU support into plain mindformers removed (msmon registers that support itself). The training
 loads that file the way ``run_mindformer.py`` does (``MindFormerConfig(path)``: mindformers' config template
@@ -23,7 +24,7 @@ import yaml
 
 from msmon import layout
 from msmon.compat import package_version
-from msmon.compat.internals import checkpoint_section
+from msmon.compat.internals import ITERATION_FORMAT, checkpoint_section
 from msmon.config.loader import LoadedConfig
 from msmon.config.split import split_monitor_config
 from msmon.errors import MsmonError
@@ -49,12 +50,27 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     if "monitor_config" not in merged and training["monitor_config"] == {"monitor_on": False}:
         del training["monitor_config"]  # mindformers' template supplies the same defaults
     training.setdefault("run_mode", DEFAULT_RUN_MODE)
-    if training.get("checkpoint") and checkpoint_section(training, package_version("mindformers")) is None:
-        del training["checkpoint"]  # a release without the section, or data parallel: the CheckpointMonitor's keys
+    if training.get("checkpoint"):
+        _fit_checkpoint_section(training)
     _drop_plain_support(training)
     if loaded.path is not None and "base_config" in training:
         training["base_config"] = _absolute(training["base_config"], Path(loaded.path).absolute().parent)
     return training
+
+
+def _fit_checkpoint_section(training: dict[str, Any]) -> None:
+    """Drop the ``checkpoint:`` section where mindformers would not save with it (a release without it, data parallel,
+    a ``load_checkpoint`` file: the ``CheckpointMonitor``'s keys apply); where it stays, a ``load_checkpoint`` directory
+    (``--load_checkpoint``) becomes its ``load_path`` when that is empty, read as safetensors (1.9.0 maps the legacy
+    key only onto an absent ``load_path``, so a section's ``load_path: ''`` would silently start from scratch; and
+    with ``load_ckpt_format: ckpt`` it refuses the directory: "not a valid path to load checkpoint")."""
+    if checkpoint_section(training, package_version("mindformers")) is None:
+        del training["checkpoint"]
+        return
+    section, start = training["checkpoint"], training.get("load_checkpoint")
+    if isinstance(section, dict) and start and not section.get("load_path"):
+        section["load_path"] = start
+        training["load_ckpt_format"] = ITERATION_FORMAT
 
 
 def _drop_plain_support(training: dict[str, Any]) -> None:

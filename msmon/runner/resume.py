@@ -20,7 +20,7 @@ import psutil
 
 from msmon import layout
 from msmon.compat import package_version, use_legacy
-from msmon.compat.internals import checkpoint_section
+from msmon.compat.internals import ITERATION_FORMAT, checkpoint_section
 from msmon.compat.template import checkpoint_saving
 from msmon.config.loader import override_value
 from msmon.errors import ExitCode, MsmonError
@@ -72,7 +72,7 @@ def resume_keys(*, fmt: str, parallel: bool, root: str, name: str, link_dir: str
     """
     if layout_name == ITERATION_LAYOUT:
         return {"checkpoint.load_path": f"{root}/{name}", "checkpoint.no_load_optim": False,
-                "load_ckpt_format": "safetensors"}
+                "load_ckpt_format": ITERATION_FORMAT}
     if fmt == "safetensors" and not parallel:
         return {"use_legacy_format": True, "load_ckpt_format": fmt, "resume_training": True,
                 "load_checkpoint": link_dir, "auto_trans_ckpt": False}

@@ -40,6 +40,9 @@ CODES: dict[str, str] = {
     "MS026": "what msmon run refuses for the launch validate is given (--worker-num N, else one process): "
     "use_parallel without --worker-num, ranks without a parallel config or that its layout does not fill, an mcore "
     "model on several CPU ranks, a run_mode that does not train; the flag or key it needs",
+    "MS027": "warning: a checkpoint: section (mindformers 1.9) on a release that reads none (1.8): msmon hands it "
+    "none and the CheckpointMonitor's keys apply, which save differently (every, how many, prefix, where) or do not "
+    "save at all",
     "MS101": "run_name has path separators, '..', characters other than letters, digits, '-', '_', '.', or more "
     "than 255 of them",
     "MS102": "project_name breaks the same rules",

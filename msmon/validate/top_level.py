@@ -1,5 +1,6 @@
-"""The config's top-level keys against what the installed mindformers reads (MS020, MS021), and the keys of the
-sections its config template refuses unknown keys in (MS022).
+"""The config's top-level keys against what the installed mindformers reads (MS020, MS021), the keys of the
+sections its config template refuses unknown keys in (MS022), and a ``checkpoint:`` section the installed release
+does not read (MS027).
 
 mindformers ignores a top-level key it does not read: a misspelled ``optimzer:`` trains silently with the
 template's default optimizer. The known keys are read from the installed mindformers (its config template, the keys
@@ -16,7 +17,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from msmon.compat import use_legacy
+from msmon.compat import package_version, use_legacy
+from msmon.compat.environment import release
+from msmon.compat.internals import CHECKPOINT_SECTION_KEYS, CHECKPOINT_SECTION_SINCE
 from msmon.compat.job_keys import MSMON_SECTIONS, UNDECLARED_TOP_LEVEL_KEYS
 from msmon.config.coerce import misspelling_of, suggest
 from msmon.config.launch_flags import LAUNCH_FLAGS
@@ -31,6 +34,10 @@ _TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:")
 _ANCHOR = re.compile(r"&([^\s,\[\]{}]+)")
 _ALIAS = re.compile(r"\*([^\s,\[\]{}]+)")
 SHOWN_KEYS = 15
+CHECKPOINT_SECTION = "checkpoint"
+#: The ``checkpoint:`` keys that say what is saved, and the ``CheckpointMonitor`` argument each replaces.
+_SAVING_KEYS = {new: old for old, new in CHECKPOINT_SECTION_KEYS.items()
+                if new in ("save_interleaved_steps", "save_max", "prefix", "save_path")}
 
 
 def _strings(node: Any) -> Iterator[str]:
@@ -75,7 +82,7 @@ def check_top_level(ctx: CheckContext, schema: JobSchema) -> list[Finding]:
     and no misspelling: a warning). A key referred to by name is the user's own; one whose YAML anchor is used is
     too, unless it misspells a known key (mindformers' own configs anchor their sections: ``train_dataset:
     &train_dataset``)."""
-    known = known_top_level(schema)
+    known = known_top_level(schema) | {CHECKPOINT_SECTION}  # msmon hands it on or drops it: check_checkpoint_section
     referenced = referenced_keys(ctx.loaded)
     anchored = _anchored_keys(ctx.loaded.text) if ctx.loaded.text else set()
     findings = []
@@ -115,9 +122,34 @@ def check_strict_sections(ctx: CheckContext, schema: JobSchema) -> list[Finding]
     return findings
 
 
+def check_checkpoint_section(ctx: CheckContext, version: str | None) -> list[Finding]:
+    """MS027: a ``checkpoint:`` section (mindformers 1.9's) on a release that reads none (``version``): msmon hands
+    mindformers no section there and the ``CheckpointMonitor``'s own keys apply; a warning only when they save
+    differently (a config written for 1.9 that also carries the entry's keys, as the quickstarts do, is silent)."""
+    section = ctx.get(CHECKPOINT_SECTION)
+    read = version is None or release(version) >= CHECKPOINT_SECTION_SINCE
+    if read or not isinstance(section, Mapping) or not section:
+        return []
+    callbacks = ctx.get("callbacks")
+    entry = next((c for c in callbacks if isinstance(c, Mapping) and c.get("type") == "CheckpointMonitor"), None) \
+        if isinstance(callbacks, list) else None
+    if entry is None:
+        return [warning("MS027", CHECKPOINT_SECTION, f"mindformers {version} reads no checkpoint: section and no "
+                        "CheckpointMonitor callback saves: the training saves no checkpoint",
+                        "add a CheckpointMonitor to callbacks (save_checkpoint_steps, keep_checkpoint_max)")]
+    differ = [f"{old} {entry.get(old)!r} (the section's {new}: {section[new]!r})"
+              for new, old in _SAVING_KEYS.items() if new in section and old in entry and entry[old] != section[new]]
+    if not differ:
+        return []
+    return [warning("MS027", CHECKPOINT_SECTION, f"mindformers {version} reads no checkpoint: section; the "
+                    f"CheckpointMonitor's keys apply instead: {', '.join(differ)}",
+                    "give the CheckpointMonitor the section's values, or install mindformers 1.9")]
+
+
 def check_job_keys(ctx: CheckContext) -> list[Finding]:
-    """MS020-MS022 against the installed mindformers (nothing when it cannot be read: MS704 says why)."""
+    """MS020-MS022 and MS027 against the installed mindformers (nothing when it cannot be read: MS704 says why)."""
     builtins = load_builtins(ctx.deep)
     if builtins.schema is None:
         return []
-    return [*check_top_level(ctx, builtins.schema), *check_strict_sections(ctx, builtins.schema)]
+    return [*check_top_level(ctx, builtins.schema), *check_strict_sections(ctx, builtins.schema),
+            *check_checkpoint_section(ctx, package_version("mindformers"))]
