@@ -87,8 +87,9 @@ def test_stop_action_ends_the_run_gracefully_with_exit_4(canonical):
     assert first["step"] <= info["last_step"] <= first["step"] + 5 * run.log_interval  # stopped soon after
     assert info["last_step"] < run.steps
     # the checkpoint callback saved at the graceful end
-    saved = [p.stem for p in run.run_dir.glob("logs/**/llama_rank_0-1_*") if p.suffix in (".ckpt", ".safetensors")]
-    assert saved == [f"llama_rank_0-1_{info['last_step']}"]
+    from msmon.runner.checkpoints import saved_checkpoints
+
+    assert [step for step, _ in saved_checkpoints(run.run_dir)] == [info["last_step"]]
     assert "HEALTH ALERT [critical]" in run.output and "run stopped_by_monitor" in run.output
     # every alert reaches the webhook and the command hook: the absurd grad norm first (grad_norm_bound judges from
     # step 1, its action alert), then the dead network's stop

@@ -129,10 +129,11 @@ def test_metrics_equal_the_values_mindformers_itself_logged(completed) -> None:
 def test_a_dense_model_records_no_loss_parts_and_checkpoints_stay_inside_the_run(completed) -> None:
     rows = completed.records()
     assert not any(key.startswith("loss_") and key not in ("loss_mean", "loss_scale") for row in rows for key in row)
-    suffix = ".safetensors" if completed.model == "mcore" else ".ckpt"
-    saved = sorted(p.name for p in (completed.run_dir / "logs" / "output" / "checkpoint").rglob(f"*{suffix}"))
-    steps = sorted(int(re.search(r"_(\d+)\.", name).group(1)) for name in saved)
-    assert steps == [100, 200], saved  # the quickstarts' CheckpointMonitor: every 100 steps, in the run directory
+    from msmon.runner.checkpoints import saved_checkpoints
+
+    saved = saved_checkpoints(completed.run_dir)  # the quickstarts save 1.9's iteration_<step>/ directories
+    assert sorted(step for step, _ in saved) == [100, 200], saved  # every 100 steps, in the run directory
+    assert all(path.is_relative_to(completed.run_dir / "logs" / "output" / "checkpoint") for _, path in saved)
 
 
 def test_the_live_panel_showed_on_the_terminal_and_the_framework_lines_stayed_in_the_log(canonical) -> None:

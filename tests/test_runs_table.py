@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from helpers_ranks import rank_heartbeat
 
 from msmon.ops.runs import list_runs
+from msmon.util.atomic import atomic_write_json
 
 NOW = time.time()
 
@@ -143,8 +145,9 @@ def test_cli_table_and_errors(save: Path) -> None:
     assert bad.returncode == 2 and "not a duration" in bad.stderr
 
 
-def test_runs_and_status_show_every_rank(save: Path) -> None:
-    """The per-rank table: rank 1's heartbeat stopped 40 s ago while rank 0 waits in step 13."""
+def test_runs_and_status_show_every_rank(save: Path, request: pytest.FixtureRequest) -> None:
+    """The per-rank table: rank 1's heartbeat stopped 40 s ago while rank 0, alive (its heartbeat rewritten every
+    half second, as a rank's thread does), waits in step 13."""
     run_dir = make_run(save, "p", "dp2", status="running", ended_ago=None)
     now = time.time()
     beats = {0: {"state": "training", "alive": now - 0.5, "begun": 13, "begun_time": now - 45, "ended": 12,
@@ -157,6 +160,15 @@ def test_runs_and_status_show_every_rank(save: Path) -> None:
     # the records end before the heartbeats' step (a newer record would name the last step that ended: its own)
     (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 10, "time": now - 50, "rank": 0, "loss": 2.0}) + "\n")
     env = {**os.environ, "NO_COLOR": "1"}
+    alive, done = run_dir / "heartbeats" / "rank_0.json", threading.Event()
+
+    def beat_as_a_live_rank_does() -> None:  # rank 0 stays responsive however slowly the commands start
+        while not done.wait(0.5):
+            atomic_write_json(alive, {**beats[0], "alive": time.time()})
+
+    beating = threading.Thread(target=beat_as_a_live_rank_does, daemon=True)
+    beating.start()
+    request.addfinalizer(lambda: (done.set(), beating.join()))
     table = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save)], capture_output=True, text=True,
                            env=env, timeout=60)
     assert table.returncode == 0, table.stderr
