@@ -22,7 +22,8 @@ from msmon.compat import PipelineLayout, expected_world_size, pipeline_layout
 from msmon.config.schema import MonitorSettings
 from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import StepProgress
-from msmon.ops.ranks import diagnose, rank_states, read_heartbeats, summary
+from msmon.ops.rank_summary import summarize
+from msmon.ops.ranks import diagnose, rank_states, read_heartbeats
 from msmon.ops.ranks import report as ranks_report
 from msmon.runner import stacks
 from msmon.runner.rank_watch import RankWatcher
@@ -208,7 +209,8 @@ def test_diagnosis_names_the_rank_behind_and_how() -> None:
     assert diagnose(rank_states({0: beat(9, 9, now)}, now), now).lines == ["rank 0 is between steps 9 and 10"]
     states = rank_states({0: beat(5, 5, now), 1: beat(5, 4, now, alive_age=30)}, now)
     assert [s.state for s in states] == ["after step 5", "not responding"]
-    assert summary(states) == "rank 1 not responding" and summary(rank_states(same, now)) == "3 ranks ok"
+    assert summarize(states).cell() == "2 ranks: 1 ok; rank 1 not responding 30s"
+    assert summarize(rank_states(same, now)).cell() == "3 ranks ok"
 
 
 # -- stacks -----------------------------------------------------------------------------------------------------

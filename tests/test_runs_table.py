@@ -136,7 +136,7 @@ def test_cli_table_and_errors(save: Path) -> None:
                               "ranks"]
     assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-4:] == ["0.5", "3", "-", "-"]
     assert rows[1].split()[:3] == ["p", "dead", "stale"] and " 11m4" in rows[1]  # the heartbeat's age
-    assert rows[1].rstrip().endswith("not responding")  # its one rank, 700 s silent
+    assert f"  rank 0 ({socket.gethostname()}) not responding 11m4" in rows[1]  # its one rank, 700 s silent
     missing = subprocess.run([sys.executable, "-m", "msmon", "runs", "nowhere"], capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 1 and "nowhere: no such directory" in missing.stderr
@@ -172,18 +172,20 @@ def test_runs_and_status_show_every_rank(save: Path, request: pytest.FixtureRequ
     table = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save)], capture_output=True, text=True,
                            env=env, timeout=60)
     assert table.returncode == 0, table.stderr
-    assert table.stdout.strip().splitlines()[1].endswith("rank 1 not responding")
+    assert "  2 ranks: 1 ok; rank 1 (elsewhere) not responding 4" in table.stdout.strip().splitlines()[1]  # 40 s
     status = subprocess.run([sys.executable, "-m", "msmon", "status", str(run_dir)], capture_output=True, text=True,
                             env=env, timeout=60)
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()
-    assert [line.split()[:2] for line in lines[2:4]] == [["0", "12"], ["1", "12"]]
-    assert lines[2].split()[4:7] == ["in", "step", "13"] and "not responding" in lines[3]
-    assert lines[4].startswith("no step has ended for ")
-    assert "rank 1 is not responding (process stopped or frozen: no heartbeat for 4" in lines[5]
+    assert lines[1].startswith("2 ranks on 1 machine: 1 in step 13; rank 1 on elsewhere not responding for 4")
+    assert [line.split()[:2] for line in lines[3:5]] == [["0", "12"], ["1", "12"]]  # a few ranks: every one listed
+    assert lines[3].split()[4:7] == ["in", "step", "13"] and "not responding" in lines[4]
+    assert lines[5].startswith("no step has ended for ")
+    assert "rank 1 is not responding (process stopped or frozen: no heartbeat for 4" in lines[6]
     data = json.loads(subprocess.run([sys.executable, "-m", "msmon", "status", str(run_dir), "--json"],
                                      capture_output=True, text=True, env=env, timeout=60).stdout)
     assert [r["state"] for r in data["ranks"]] == ["in step 13", "not responding"] and data["stuck"]["ranks"] == [1]
+    assert data["summary"]["line"].startswith(lines[1][:-3]) and data["summary"]["outliers"][0]["ranks"] == [1]
     missing = subprocess.run([sys.executable, "-m", "msmon", "status", str(save)], capture_output=True, text=True,
                              env=env, timeout=60)
     assert missing.returncode == 1 and "not a run directory" in missing.stderr

@@ -27,20 +27,27 @@ def register(app: typer.Typer) -> None:
 def status(
     run: Path = typer.Argument(..., help="A run directory (<save_dir>/<project>/<run>)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+    every_rank: bool = typer.Option(False, "--ranks", help="List every rank (beyond 16 ranks only the wrong ones)."),
+    rank: str | None = typer.Option(None, "--rank", help="List these ranks: 3,517,0-7."),
 ) -> None:
-    """Show a run and each of its ranks: last step, seconds since it ended, state; why no step ends when stuck."""
+    """Show a run, its ranks in one line (states counted, the wrong ranks named with their machine) and the ranks
+    one by one (up to 16 ranks; beyond, the ones not responding or holding it up): last step, seconds since it
+    ended, state; why no step ends when stuck."""
     from rich.markup import escape
     from rich.table import Table
 
     from msmon.ops.probes import probes_of
+    from msmon.ops.rank_summary import parse_ranks, shown_rows, summarize
     from msmon.ops.runs import rank_status
     from msmon.util.durations import format_duration
 
+    chosen = None if rank is None else parse_ranks(rank)
     info, ranks = rank_status(run)
     probes = probes_of(run, running=info.status == RunStatus.RUNNING)
+    counted = summarize(ranks.states)
     if as_json:
         stuck = ranks.diagnosis
-        print(json.dumps({**info.to_json(), "idle_s": ranks.idle_s,
+        print(json.dumps({**info.to_json(), "summary": counted.to_json(), "idle_s": ranks.idle_s,
                           "stuck": None if stuck is None else {"ranks": stuck.culprits, "why": stuck.lines},
                           "probes": probes.to_json()}, indent=2))
         return
@@ -54,17 +61,25 @@ def status(
     if not ranks.states:
         console.print("no rank heartbeats in heartbeats/ (each rank writes one while it trains; older runs have none)")
         return
+    console.print(escape(counted.line()))
+    rows, left_out = shown_rows(ranks.states, every=every_rank, chosen=chosen,
+                                culprits=ranks.diagnosis.culprits if ranks.diagnosis else ())
     table = Table(box=None, header_style="bold")
     for column in ("rank", "last step", "age", "heartbeat", "state", *COST_COLUMNS, "host", "pid"):
         table.add_column(column, justify="left" if column in ("state", "host", "pid") else "right")
-    for state in ranks.states:
+    for state in rows:
         colour = STATE_COLOURS.get(state.state, "default")
         table.add_row(
             str(state.rank), str(state.ended or "-"), format_duration(state.age_s(ranks.now), fine=True),
             format_duration(state.alive_age_s, fine=True), f"[{colour}]{escape(state.state)}[/]",
             *cost_cells(state.last_cost), escape(str(state.host or "-")), str(state.pid or "-"),
         )
-    console.print(table)
+    if rows:
+        console.print(table)
+    if len(rows) < len(ranks.states):
+        more = f"{left_out:,} more not ok; " if left_out else ""
+        console.print(f"{len(rows):,} of {len(ranks.states):,} ranks listed ({more}--ranks lists every rank, "
+                      "--rank 3,517,0-7 some)")
     if ranks.diagnosis is not None:
         console.print(f"no step has ended for {format_duration(ranks.idle_s, fine=True)}:")
         for line in ranks.diagnosis.lines:

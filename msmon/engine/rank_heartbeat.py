@@ -9,7 +9,8 @@ them with the non-finite detector (docs/health.md, "Distributed runs"). It carri
 (``msmon.step_cost.StepCost``: time inside and outside the step, memory) and this host's memory limit and what is
 left of it, and appends each new cost to ``heartbeats/rank_N.jsonl`` (the slow-rank and memory-growth detectors,
 live in the parent and in ``msmon replay``). The training thread writes nothing here; a write (compact JSON, one
-fixed temporary file, no fsync) costs this thread about 0.1 ms a second.
+fixed temporary file, no fsync) costs this thread about 0.1 ms a second. ``host`` names the rank's machine:
+``msmon status`` and ``msmon runs`` count the machines and name a wrong rank's.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class RankHeartbeat(Listener):
     """The heartbeat file of one rank: ``start()``, ``on_record`` (listener), ``stop(state)``."""
 
     def __init__(self, run_dir: Path, progress: StepProgress, rank: int, *, log_interval: int = 1,
-                 interval_s: float = HEARTBEAT_S) -> None:
+                 interval_s: float = HEARTBEAT_S, host: str | None = None) -> None:
+        """``host``: the machine the file names (``msmon status`` groups ranks by it), this one's name unless a
+        benchmark or test simulates ranks of other machines."""
         self.path = layout.rank_heartbeat(Path(run_dir), rank)
         self.costs_path = layout.rank_costs(Path(run_dir), rank)
         self._costs_written = 0
@@ -51,7 +54,7 @@ class RankHeartbeat(Listener):
         self._rank = rank
         self._log_interval = log_interval
         self._interval = interval_s
-        self._host = socket.gethostname()
+        self._host = host or socket.gethostname()
         self._logged: dict[str, Any] | None = None
         self._nonfinite: dict[str, Any] | None = None
         self._diverged = False  # the last logged record was non-finite

@@ -1,5 +1,6 @@
 """Every rank of a run from its heartbeat (``heartbeats/rank_N.json``): the per-rank table of ``msmon status`` and
-``msmon runs``, and which ranks hold a stalled run up and how (the stall alert of ``msmon run``)."""
+``msmon runs`` (counted in one line by msmon.ops.rank_summary), and which ranks hold a stalled run up and how (the
+stall alert of ``msmon run``)."""
 
 from __future__ import annotations
 
@@ -204,20 +205,6 @@ def diagnose(states: list[RankState], now: float) -> Diagnosis:
         lines.append(line)
         how.update(dict.fromkeys(ranks, line))
     return Diagnosis(lines, sorted(how), how)
-
-
-def summary(states: list[RankState]) -> str:
-    """One cell for ``msmon runs``: ``2 ranks ok``, ``2 ranks completed``, or the ranks that do not respond."""
-    if not states:
-        return "-"
-    bad: dict[str, list[int]] = {}
-    for s in states:
-        if not s.responsive:
-            bad.setdefault(s.state, []).append(s.rank)
-    if bad:
-        return "; ".join(f"{ranks_text(ranks)} {state}" for state, ranks in bad.items())
-    ends = {"ok" if s.beat.get("state") in LIVE else s.state for s in states}
-    return f"{len(states)} rank{'s' if len(states) > 1 else ''} {ends.pop() if len(ends) == 1 else 'ok'}"
 
 
 def stopped_here(beats: dict[int, dict[str, Any]]) -> frozenset[int]:

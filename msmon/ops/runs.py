@@ -12,7 +12,8 @@ from typing import Any
 
 from msmon import layout
 from msmon.errors import MsmonError
-from msmon.ops.ranks import RankReport, first_heartbeat, report, summary
+from msmon.ops.rank_summary import summarize
+from msmon.ops.ranks import RankReport, first_heartbeat, report
 from msmon.run_record import RunRecord, read_run_record
 from msmon.status import RunStatus
 from msmon.util import procs
@@ -176,7 +177,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         last_loss=as_number(metric.get("loss", {}).get("loss")),
         alert_count=alerts if alerts is not None else recorded.alert_count,
         rollbacks=len(recorded.rollbacks), ranks=[state.to_json(now) for state in ranks.states],
-        ranks_summary=summary(ranks.states),
+        ranks_summary=summarize(ranks.states).cell(),
     )
 
 

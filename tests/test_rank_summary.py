@@ -1,0 +1,99 @@
+"""A run's ranks in one line at any rank count (msmon.ops.rank_summary), and `msmon status` / `msmon runs` of a
+1,024-rank run on 128 machines with one frozen rank: the summary names the rank and its machine, the output stays
+short (its time is bench/bench_status_ranks.py's)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_msmon
+from helpers_rank_set import machine, rank_set
+
+from msmon.errors import MsmonError
+from msmon.ops.rank_summary import parse_ranks, rank_ranges, shown_rows, summarize
+from msmon.ops.ranks import rank_states
+
+
+def beat(step: int, now: float, host: str, *, silent: float = 0.0, state: str = "training") -> dict:
+    return {"state": state, "alive": now - 0.5 - silent, "begun": step, "begun_time": now - 2 - silent,
+            "ended": step - 1, "ended_time": now - 3 - silent, "host": host, "pid": None}
+
+
+def test_the_line_counts_states_and_names_the_silent_ranks_by_machine_longest_first() -> None:
+    now = time.time()
+    beats = {r: beat(100 if r < 60 else 99, now, machine(r)) for r in range(64)}
+    beats.update({r: beat(99, now, machine(r), silent=90) for r in range(8, 16)})  # a whole machine, 90 s
+    beats[33] = beat(100, now, machine(33), silent=20)
+    counted = summarize(rank_states(beats, now, world_size=66))
+    assert counted.line() == ("66 ranks on 8 machines: 51 in step 100, 4 in step 99; ranks 8-15 on node-1 not "
+                              "responding for 1m30s; rank 33 on node-4 not responding for 20s; ranks 64-65 no "
+                              "heartbeat")
+    assert counted.cell() == "66 ranks: 55 ok; ranks 8-15 (node-1) not responding 1m30s; rank 33 (node-4) not " \
+                             "responding 20s; ranks 64-65 no heartbeat"
+    assert counted.wrong == 11 and counted.to_json()["outliers"][0] == {
+        "ranks": list(range(8, 16)), "state": "not responding", "host": "node-1", "for_s": pytest.approx(90.5, abs=0.1)}
+    many = {r: beat(r % 5 + 1, now, "h") for r in range(10)} | {r: beat(1, now, f"m{r}", silent=29.5 + r)
+                                                              for r in range(10, 15)}
+    line = summarize(rank_states(many, now)).line()  # at most 3 states and 3 groups of silent ranks, the rest counted
+    assert line == ("15 ranks on 6 machines: 2 in step 1, 2 in step 2, 6 in other states; rank 14 on m14 not "
+                    "responding for 44s; rank 13 on m13 not responding for 43s; rank 12 on m12 not responding for "
+                    "42s; 2 more ranks not ok")
+
+
+def test_ended_ranks_and_the_runs_cell() -> None:
+    now = time.time()
+    done = {r: beat(10, now, "h", state="completed") for r in range(3)}
+    assert summarize(rank_states(done, now)).cell() == "3 ranks completed"
+    assert summarize(rank_states({0: beat(4, now, "h")}, now)).cell() == "1 rank ok"
+    assert summarize(rank_states({0: beat(4, now, "h", silent=50)}, now)).cell() == "rank 0 (h) not responding 50s"
+    assert summarize([]).cell() == "-" and summarize([]).line() == "no ranks"
+
+
+def test_rank_ranges_and_the_ranks_asked_for() -> None:
+    assert rank_ranges([9, 0, 1, 2, 12, 13, 3]) == "0-3, 9, 12-13" and rank_ranges([5]) == "5"
+    assert parse_ranks("3, 517,0-2") == frozenset({0, 1, 2, 3, 517})
+    for bad in ("x", "5-2", "1-", ",", "-3"):
+        with pytest.raises(MsmonError, match="--rank"):
+            parse_ranks(bad)
+    now = time.time()
+    few = rank_states({r: beat(3, now, "h") for r in range(16)}, now)
+    assert shown_rows(few) == (few, 0)  # a small run: every rank
+    states = rank_states({r: beat(3, now, "h", silent=40 if r % 2 else 0) for r in range(100)}, now)
+    rows, left_out = shown_rows(states)  # a big one: the silent ranks, at most 32
+    assert [s.rank for s in rows] == list(range(1, 65, 2)) and left_out == 18
+    assert [s.rank for s in shown_rows(states, culprits=[0])[0][:2]] == [0, 1]
+    assert len(shown_rows(states, every=True)[0]) == 100
+    assert [s.rank for s in shown_rows(states, chosen=frozenset({4, 7}))[0]] == [4, 7]
+
+
+def test_status_and_runs_of_1024_ranks_on_128_machines_lead_with_the_frozen_rank(tmp_path: Path) -> None:
+    """Heartbeats as the ranks write them (RankHeartbeat), rank 517 silent for 40 s: one summary line names it and
+    its machine; the table lists it alone; --rank and --json; `msmon runs` names it in its ranks cell."""
+    def fresh() -> Path:  # the other ranks' heartbeats as a live rank keeps them: rewritten before each look
+        return rank_set(tmp_path / "save", ranks=1024, step=5000, frozen={517: 40.0})
+
+    run_dir = fresh()
+    status = run_msmon("status", str(run_dir), env={"NO_COLOR": "1"})
+    assert status.code == 0, status.stderr
+    lines = status.stdout.strip().splitlines()
+    assert lines[1].startswith("1,024 ranks on 128 machines: 1,023 in step 5000; rank 517 on node-64 not "
+                               "responding for 4"), status.stdout
+    assert len(lines) == 5, status.stdout  # the run, the summary, the table's header, rank 517, the count
+    assert lines[3].split()[:2] == ["517", "4999"] and "not responding" in lines[3] and "node-64" in lines[3]
+    assert lines[4].startswith("1 of 1,024 ranks listed")
+    some = run_msmon("status", str(run_dir), "--rank", "0-2,1000", env={"NO_COLOR": "1"})
+    assert [line.split()[0] for line in some.stdout.strip().splitlines()[3:7]] == ["0", "1", "2", "1000"]
+    every = run_msmon("status", str(run_dir), "--ranks", env={"NO_COLOR": "1"})
+    assert len(every.stdout.strip().splitlines()) == 3 + 1024, every.stdout[-500:]
+    bad = run_msmon("status", str(run_dir), "--rank", "seven")
+    assert bad.code == 1 and "'seven' is not a rank or a range" in bad.stderr, bad.stderr
+    fresh()
+    data = json.loads(run_msmon("status", str(run_dir), "--json").stdout)
+    assert data["summary"]["machines"] == 128 and data["summary"]["states"] == {"in step 5000": 1023}
+    assert data["summary"]["outliers"][0]["ranks"] == [517] and len(data["ranks"]) == 1024
+    fresh()
+    runs = run_msmon("runs", str(tmp_path / "save"), env={"NO_COLOR": "1"})
+    assert "1,024 ranks: 1,023 ok; rank 517 (node-64) not responding 4" in runs.stdout, runs.stdout
