@@ -13,8 +13,8 @@ from conftest import run_msmon
 from helpers_rank_set import machine, rank_set
 
 from msmon.errors import MsmonError
-from msmon.ops.rank_summary import parse_ranks, rank_ranges, shown_rows, summarize
-from msmon.ops.ranks import rank_states
+from msmon.ops.rank_summary import ending_lines, parse_ranks, shown_rows, summarize
+from msmon.ops.ranks import rank_ranges, rank_states, ranks_text
 
 
 def beat(step: int, now: float, host: str, *, silent: float = 0.0, state: str = "training") -> dict:
@@ -29,10 +29,10 @@ def test_the_line_counts_states_and_names_the_silent_ranks_by_machine_longest_fi
     beats[33] = beat(100, now, machine(33), silent=20)
     counted = summarize(rank_states(beats, now, world_size=66))
     assert counted.line() == ("66 ranks on 8 machines: 51 in step 100, 4 in step 99; ranks 8-15 on node-1 not "
-                              "responding for 1m30s; rank 33 on node-4 not responding for 20s; ranks 64-65 no "
+                              "responding for 1m30s; rank 33 on node-4 not responding for 20s; ranks 64, 65 no "
                               "heartbeat")
     assert counted.cell() == "66 ranks: 55 ok; ranks 8-15 (node-1) not responding 1m30s; rank 33 (node-4) not " \
-                             "responding 20s; ranks 64-65 no heartbeat"
+                             "responding 20s; ranks 64, 65 no heartbeat"
     assert counted.wrong == 11 and counted.to_json()["outliers"][0] == {
         "ranks": list(range(8, 16)), "state": "not responding", "host": "node-1", "for_s": pytest.approx(90.5, abs=0.1)}
     many = {r: beat(r % 5 + 1, now, "h") for r in range(10)} | {r: beat(1, now, f"m{r}", silent=29.5 + r)
@@ -53,7 +53,9 @@ def test_ended_ranks_and_the_runs_cell() -> None:
 
 
 def test_rank_ranges_and_the_ranks_asked_for() -> None:
-    assert rank_ranges([9, 0, 1, 2, 12, 13, 3]) == "0-3, 9, 12-13" and rank_ranges([5]) == "5"
+    assert rank_ranges([9, 0, 1, 2, 12, 13, 3]) == "0-3, 9, 12, 13" and rank_ranges([5]) == "5"
+    assert ranks_text(list(range(1024))) == "ranks 0-1023" and ranks_text([0, 1]) == "ranks 0, 1"
+    assert ranks_text(list(range(0, 40, 2))) == "ranks 0, 2, 4, 6, 8, 10, 12, 14 and 12 more"
     assert parse_ranks("3, 517,0-2") == frozenset({0, 1, 2, 3, 517})
     for bad in ("x", "5-2", "1-", ",", "-3"):
         with pytest.raises(MsmonError, match="--rank"):
@@ -97,3 +99,11 @@ def test_status_and_runs_of_1024_ranks_on_128_machines_lead_with_the_frozen_rank
     fresh()
     runs = run_msmon("runs", str(tmp_path / "save"), env={"NO_COLOR": "1"})
     assert "1,024 ranks: 1,023 ok; rank 517 (node-64) not responding 4" in runs.stdout, runs.stdout
+
+
+def test_the_ending_of_a_run_of_several_ranks_counts_them(tmp_path: Path) -> None:
+    """`msmon run`'s ending: one line for the ranks, none for a run of one rank."""
+    many = rank_set(tmp_path / "many", ranks=24, step=80, frozen={17: 40.0})
+    (line,) = ending_lines(many)
+    assert line.startswith("  ranks: 24 ranks on 3 machines: 23 in step 80; rank 17 on node-2 not responding for 4")
+    assert ending_lines(rank_set(tmp_path / "one", ranks=1, step=80, frozen={})) == []

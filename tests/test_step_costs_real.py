@@ -37,6 +37,7 @@ def test_a_rank_slow_in_its_host_time_is_named_with_its_host_and_figures(tmp_pat
     assert f"rank 1 on {run.heartbeat(1)['host']}" in alert["message"]
     print(f"measured: named at step {alert['step']}: {alert['message']}")
     assert "step time: rank 0" in run.stderr and "; rank 1 " in run.stderr  # the ending, rank by rank
+    assert "  ranks: 2 ranks on 1 machine: 2 completed\n" in run.stderr  # and its ranks counted
     beats = [run.heartbeat(rank)["costs"][-1] for rank in (0, 1)]
     assert beats[1]["outside_ms"] >= 55.0 > beats[0]["outside_ms"] and beats[0]["inside_ms"] > beats[1]["inside_ms"]
 

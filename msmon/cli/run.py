@@ -154,6 +154,7 @@ def launch(request: RunRequest, *, dry_run: bool, plain: bool, framework_logs: b
 
 def _ending(plan: RunPlan, run_dir: Path, report: bool) -> None:
     """What happened and the next commands (stderr, like every line of `msmon run`); the report with --report."""
+    from msmon.ops.rank_summary import ending_lines
     from msmon.ops.runs import previous_run
     from msmon.view.ending import NextCommands, next_lines, summary_lines
     from msmon.view.report import write_report
@@ -175,4 +176,5 @@ def _ending(plan: RunPlan, run_dir: Path, report: bool) -> None:
     board = plan.board_dir() if plan.board_backend else None
     commands = NextCommands(board, plan.board_backend or "",
                             previous_run(plan.save_dir(), run_dir), written)
-    print("\n".join([*summary_lines(finished), *next_lines(finished, commands)]), file=sys.stderr, flush=True)
+    print("\n".join([*summary_lines(finished), *ending_lines(run_dir), *next_lines(finished, commands)]),
+          file=sys.stderr, flush=True)

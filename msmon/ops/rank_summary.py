@@ -1,14 +1,15 @@
 """A run's ranks in one line at any rank count: how many, on how many machines, how many in which state, and the
 ranks that are wrong named first with their machine and for how long (``msmon status``, ``msmon runs``, the
-ending of ``msmon run``); and which ranks ``msmon status`` lists (``--ranks``, ``--rank 3,517``)."""
+ending of ``msmon run``: ``ending_lines``); and which ranks ``msmon status`` lists (``--ranks``, ``--rank 3,517``)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from msmon.errors import MsmonError
-from msmon.ops.ranks import LIVE, RankState
+from msmon.ops.ranks import LIVE, RankState, rank_ranges, report
 from msmon.util.durations import format_duration
 
 MAX_STATES = 3  # states counted one by one in the line; the rest are counted together
@@ -111,21 +112,6 @@ def summarize(states: list[RankState]) -> RankSummary:
     return RankSummary(len(states), len(hosts), tuple(counts.most_common()), tuple(outliers), ended)
 
 
-def rank_ranges(ranks: tuple[int, ...] | list[int]) -> str:
-    """``0-7, 9, 12-13`` for ranks 0 to 7, 9, 12 and 13."""
-    parts: list[str] = []
-    ordered = sorted(set(ranks))
-    start = prev = ordered[0] if ordered else 0
-    for rank in [*ordered[1:], None]:
-        if rank is not None and rank == prev + 1:
-            prev = rank
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if rank is not None:
-            start = prev = rank
-    return ", ".join(parts) if ordered else ""
-
-
 def parse_ranks(text: str) -> frozenset[int]:
     """``--rank``: ranks and ranges, ``3,517,0-7``; MsmonError on anything else."""
     hint = "pass ranks and ranges such as 3,517,0-7; --ranks lists every rank"
@@ -152,3 +138,10 @@ def shown_rows(states: list[RankState], *, every: bool = False, chosen: frozense
     held = set(culprits)
     wrong = [s for s in states if not s.responsive or s.rank in held]
     return wrong[:MAX_WRONG_ROWS], max(0, len(wrong) - MAX_WRONG_ROWS)
+
+
+def ending_lines(run_dir: Path) -> list[str]:
+    """The ending of ``msmon run`` of several ranks: ``  ranks: 1,024 ranks on 128 machines: 1,023 completed; rank
+    517 on node-64 not responding for 40s`` (nothing for one rank)."""
+    counted = summarize(report(run_dir).states)
+    return [f"  ranks: {counted.line()}"] if counted.total > 1 else []
