@@ -14,7 +14,7 @@ from helpers_rank_set import machine, rank_set
 
 from msmon.errors import MsmonError
 from msmon.ops.rank_summary import ending_lines, parse_ranks, shown_rows, summarize
-from msmon.ops.ranks import rank_ranges, rank_states, ranks_text
+from msmon.ops.ranks import first_heartbeat, rank_ranges, rank_states, ranks_text
 
 
 def beat(step: int, now: float, host: str, *, silent: float = 0.0, state: str = "training") -> dict:
@@ -107,3 +107,14 @@ def test_the_ending_of_a_run_of_several_ranks_counts_them(tmp_path: Path) -> Non
     (line,) = ending_lines(many)
     assert line.startswith("  ranks: 24 ranks on 3 machines: 23 in step 80; rank 17 on node-2 not responding for 4")
     assert ending_lines(rank_set(tmp_path / "one", ranks=1, step=80, frozen={})) == []
+
+
+def test_a_runs_liveness_is_the_lowest_readable_heartbeat(tmp_path: Path) -> None:
+    """`msmon runs` reads one heartbeat per run for its liveness (not all 1,024): a half-written one is passed over."""
+    run_dir = rank_set(tmp_path, ranks=3, step=7, frozen={})
+    assert (first_heartbeat(run_dir) or {})["rank"] == 0
+    (run_dir / "heartbeats" / "rank_0.json").write_text('{"rank": 0, "al')
+    assert (first_heartbeat(run_dir) or {})["rank"] == 1
+    for rank in (1, 2):
+        (run_dir / "heartbeats" / f"rank_{rank}.json").unlink()
+    assert first_heartbeat(run_dir) is None

@@ -62,9 +62,14 @@ class RankState:
 
 
 def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:
-    """The heartbeat of the lowest rank that has one (a run's liveness in `msmon runs`), None without any."""
-    beats = read_heartbeats(run_dir)
-    return beats[min(beats)] if beats else None
+    """The heartbeat of the lowest rank that has a readable one (a run's liveness in `msmon runs`), None without
+    any; the others are not read."""
+    for path in layout.heartbeat_files(run_dir, ".json").values():  # in rank order
+        try:
+            return read_json_object(path)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:

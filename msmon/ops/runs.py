@@ -137,8 +137,9 @@ def is_stale(heartbeat: dict | None, run: RunRecord | None, start: datetime | No
     return age_s is None or age_s > stale_after_s
 
 
-def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, now: float | None = None) -> RunInfo:
-    """Summarise one run directory; never raises on a bad or missing file."""
+def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, now: float | None = None,
+             ranks: RankReport | None = None) -> RunInfo:
+    """Summarise one run directory (``ranks``: its ranks already read); never raises on a bad or missing file."""
     now = time.time() if now is None else now
     problems: list[str] = []
     run = read_record(path, problems)
@@ -155,7 +156,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     metric = last_records(path / layout.METRICS, ("loss", "step"))
     steps = [recorded.last_step, (heartbeat or {}).get("ended"), metric.get("step", {}).get("step")]
     known = [int(s) for s in steps if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)]
-    ranks = report(path, now)
+    ranks = ranks or report(path, now)
     alerts = _count_lines(path / layout.ALERTS)
     status, stale = "unknown", False
     if recorded.status is RunStatus.RUNNING or (recorded.status is None and heartbeat is not None):
@@ -198,7 +199,8 @@ def rank_status(run_dir: str | os.PathLike[str]) -> tuple[RunInfo, RankReport]:
         raise MsmonError(f"{path}: not a run directory (no {', '.join(layout.MARKERS)})",
                          "pass <save_dir>/<project>/<run>; `msmon runs SAVE_DIR` lists them")
     now = time.time()
-    return read_run(path, path.parent.parent, now=now), report(path, now)
+    ranks = report(path, now)  # read once: 1,024 heartbeats are most of the command's time
+    return read_run(path, path.parent.parent, now=now, ranks=ranks), ranks
 
 
 def list_runs(save_dir: str | os.PathLike[str], stale_after_s: float = STALE_AFTER_S) -> list[RunInfo]:
