@@ -22,8 +22,8 @@ from msmon.probe import (
     read_request,
     write_request,
 )
+from msmon.run_record import recorded
 from msmon.status import RunStatus
-from msmon.util.jsonfiles import read_json_object
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,9 @@ class ProbeListing:
 
 def world_size(run_dir: Path) -> int:
     """The run's number of ranks (run.json's ``device_count``; 1 when unknown)."""
-    try:
-        count = read_json_object(run_dir / layout.RUN_JSON).get("device_count")
-    except (OSError, ValueError):
-        return 1
-    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+    record = recorded(run_dir)
+    count = record.device_count if record is not None else None
+    return count if count is not None and count > 0 else 1
 
 
 def request_probe(run_dir: Path, kind: ProbeKind, steps: int, ranks: tuple[int, ...] | None) -> ProbeRequest:
