@@ -38,7 +38,7 @@ def band_pixels(shot: Path) -> int:
 
 def test_compare_assert_out_draws_the_band_and_marks_the_parting_step(tmp_path: Path) -> None:
     """`compare RUN REF REF --assert --out page.html`: exit 6 and the verdict line as without --out; the page's loss
-    and grad_norm panels carry the band (the references' spread, never narrower than the 5% floor: the loss band
+    grad_norm and learning_rate panels carry the band (the references' spread, never narrower than the 5% floor: the loss band
     holds both references), the loss panel's run leaves it, the parting step is marked where the verdict says,
     and Chromium draws the band. A run inside the band: exit 0, the band drawn, no mark."""
     refs = [scaled_run(tmp_path, "ref_a", 1.0, 0.0), scaled_run(tmp_path, "ref_b", 1.03, 1.0)]
@@ -49,7 +49,7 @@ def test_compare_assert_out_draws_the_band_and_marks_the_parting_step(tmp_path: 
     assert "leaves the band of" in result.stderr and "loss parts at step 1:" in result.stderr
     data = page_data(page.read_text())
     panels = {p["metric"]: p for p in data["panels"]}
-    assert {p for p in panels if "band" in panels[p]} == {"loss", "grad_norm"}
+    assert {p for p in panels if "band" in panels[p]} == {"loss", "grad_norm", "learning_rate"}
     band = panels["loss"]["band"]
     assert band["x"][0] >= 1 and band["x"][-1] <= 300 and "2 reference runs (ref_a, ref_b)" in band["label"]
     ref_losses = [load_run(r).series("loss")[1] for r in refs]
