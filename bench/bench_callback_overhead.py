@@ -90,6 +90,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     from helpers_training import quickstart_parts, training_yaml, write_quickstart_config
 
     from msmon.config.coerce import build
+    from msmon.config.mindformers_yaml import fit_checkpoint_section
     from msmon.config.schema import MonitorSettings
     from msmon.engine.backends import register_backend
     from msmon.engine.session import MonitorSession
@@ -112,6 +113,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         writer={"queue_size": spec.get("queue_size", 1000)}, overrides=parallel if world > 1 else None,
     )
     training, monitor = quickstart_parts(path)
+    fit_checkpoint_section(training)  # as msmon hands it over: no checkpoint: section on data-parallel ranks
     settings, _ = build(MonitorSettings, monitor, "monitor_config")
     settings = replace(settings, monitor_type=spec["monitor_type"])  # "blocking" is a registered test backend
     if spec.get("thread_per_backend"):

@@ -37,10 +37,10 @@ def band_pixels(shot: Path) -> int:
 
 
 def test_compare_assert_out_draws_the_band_and_marks_the_parting_step(tmp_path: Path) -> None:
-    """`compare RUN REF REF --assert --out page.html`: exit 6 and the verdict line as without --out; the page's loss
-    grad_norm and learning_rate panels carry the band (the references' spread, never narrower than the 5% floor: the loss band
-    holds both references), the loss panel's run leaves it, the parting step is marked where the verdict says,
-    and Chromium draws the band. A run inside the band: exit 0, the band drawn, no mark."""
+    """`compare RUN REF REF --assert --out page.html`: exit 6 and the verdict line as without --out; the page's loss,
+    grad_norm and learning_rate panels carry the band (the references' spread, never narrower than the 5% floor: the
+    loss band holds both references), the loss panel's run leaves it, the parting step is marked where the verdict
+    says, and Chromium draws the band. A run inside the band: exit 0, the band drawn, no mark."""
     refs = [scaled_run(tmp_path, "ref_a", 1.0, 0.0), scaled_run(tmp_path, "ref_b", 1.03, 1.0)]
     parted = scaled_run(tmp_path, "parted", 1.3, 2.0)
     page = tmp_path / "parted.html"

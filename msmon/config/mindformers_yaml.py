@@ -51,14 +51,14 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
         del training["monitor_config"]  # mindformers' template supplies the same defaults
     training.setdefault("run_mode", DEFAULT_RUN_MODE)
     if training.get("checkpoint"):
-        _fit_checkpoint_section(training)
+        fit_checkpoint_section(training)
     _drop_plain_support(training)
     if loaded.path is not None and "base_config" in training:
         training["base_config"] = _absolute(training["base_config"], Path(loaded.path).absolute().parent)
     return training
 
 
-def _fit_checkpoint_section(training: dict[str, Any]) -> None:
+def fit_checkpoint_section(training: dict[str, Any]) -> None:
     """Drop the ``checkpoint:`` section where mindformers would not save with it (a release without it, data parallel,
     a ``load_checkpoint`` file: the ``CheckpointMonitor``'s keys apply); where it stays, a ``load_checkpoint`` directory
     (``--load_checkpoint``) becomes its ``load_path`` when that is empty, read as safetensors (1.9.0 maps the legacy
