@@ -202,6 +202,42 @@ def test_failing_backend_warns_once_and_the_others_keep_everything(tmp_path, cap
     assert summary.records_written == 50 and summary.dropped_records == 0
 
 
+def test_a_backends_ledger_accounts_for_every_record_and_never_counts_an_alert(tmp_path: Path) -> None:
+    """A backend that stores the first 3 records of a batch and then fails (a PartialWrite), then refuses everything
+    until it is disabled, then keeps being handed records: written + dropped + lost is every record it was handed,
+    the alerts between them are not records, and the stored ones are counted written."""
+    from msmon.engine.backend_runner import MAX_FAILURES, BackendRunner
+    from msmon.engine.backends.base import PartialWrite
+
+    class HalfWritingBackend(MemoryBackend):
+        name = "halfwriting"
+        calls = 0
+
+        def write(self, records: list[dict[str, Any]]) -> None:
+            type(self).calls += 1
+            if type(self).calls == 1:
+                super().write(records[:3])
+                raise PartialWrite(3, OSError(28, "No space left on device"))
+            raise OSError(5, "Input/output error")
+
+    s = settings(tmp_path, monitor_type=["file"])
+    runner = BackendRunner(HalfWritingBackend(s.run_dir(), s, None), queue_size=4, ready=threading.Event())
+    handed = 0
+    for batch in range(MAX_FAILURES + 2):
+        items = [("record", {"step": batch * 10 + i}) for i in range(6)]
+        items.insert(2, ("alert", {"detector": "loss_spike", "step": batch}))
+        handed += 6
+        runner.put_many(items)
+        runner._retry_at = runner._next_write = 0.0  # the worker's next pass is due at once
+        runner.step()
+    runner.close(RunStatus.COMPLETED)
+    assert runner.step() and runner.join(1.0)
+    stats = runner.stats.summary()
+    assert stats["status"] == "disabled" and stats["written"] == 3
+    assert stats["dropped"] > 0  # a queue of 4 handed 7 items a batch
+    assert stats["written"] + stats["dropped"] + stats["lost"] == handed
+
+
 def test_the_run_dir_backends_share_one_thread_where_one_failing_costs_the_others_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """file, mindinsight and a failing backend that writes in the run directory: one worker thread; the memory

@@ -3,7 +3,8 @@
 A runner does no work of its own: a worker thread (msmon/engine/backend_thread.py) calls ``step`` when the
 runner's queue wakes it or ``sleep_s`` falls due. A backend that raises gets one warning; network backends are
 retried with backoff, others are disabled after repeated failures. Nothing raised by a backend ever reaches the
-training thread.
+training thread. What became of every record the backend was handed (written, dropped from its full queue, lost)
+is counted in one place, its ``BackendStats``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from msmon.engine.backends.base import Backend
+from msmon.engine.backends.base import Backend, PartialWrite
 from msmon.engine.drop_queue import DropQueue
 from msmon.errors import describe
 from msmon.status import RunStatus
@@ -27,17 +28,50 @@ MAX_FAILURES = 3  # consecutive failures before a local backend is disabled
 MAX_BACKOFF_S = 30.0
 
 
+Item = tuple[str, Any]  # ("record", record) or ("alert", alert)
+
+
+def is_record(item: Item) -> bool:
+    """An alert lost or dropped is not a record lost."""
+    return item[0] == "record"
+
+
+def records_in(items: Iterable[Item]) -> int:
+    return sum(1 for item in items if is_record(item))
+
+
 @dataclass
 class BackendStats:
-    """What happened to one backend during the run."""
+    """What happened to one backend during the run: its status and the ledger of its records.
+
+    ``written``: stored by the backend; ``dropped``: pushed out of its full queue (the queue counts them, taken at
+    the close); ``lost``: given up after a failure, on disable or suspension, arriving once it was off, still queued
+    when it missed its close budget, or lost by the backend after writing them. ``written`` and ``lost`` change only
+    through ``wrote`` and ``lose`` (from the dispatcher and the worker thread alike).
+    """
 
     name: str
     status: str = "pending"  # pending, ok, failing, retrying (network), disabled, suspended, failed_to_close
     written: int = 0
-    dropped: int = 0  # records pushed out of its full queue
-    lost: int = 0  # records given up after a failure, on disable or on suspension
+    dropped: int = 0
+    lost: int = 0
     failures: int = 0
     reason: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def wrote(self, count: int) -> None:
+        with self._lock:
+            self.written += count
+
+    def lose(self, items: Iterable[Item] = (), records: int = 0) -> None:
+        """Count the records among ``items``, plus ``records``, lost."""
+        with self._lock:
+            self.lost += records_in(items) + records
+
+    def summary(self) -> dict[str, Any]:
+        """The published fields (run.json's ``backends``)."""
+        return {"name": self.name, "status": self.status, "written": self.written, "dropped": self.dropped,
+                "lost": self.lost, "failures": self.failures, "reason": self.reason}
 
 
 class BackendRunner:
@@ -47,7 +81,7 @@ class BackendRunner:
         """``ready``: the event of the worker thread that runs this backend (set by a put, a suspend, a close)."""
         self.backend = backend
         self.stats = BackendStats(backend.name)
-        self._queue = DropQueue(queue_size, ready)
+        self._queue = DropQueue(queue_size, ready, counted=is_record)
         self._closed = threading.Event()
         self._flush_interval = backend.flush_interval_s
         self._opened = False
@@ -59,8 +93,6 @@ class BackendRunner:
         self._closing: RunStatus | None = None
         self._suspend: str | None = None
         self._dirty = False
-        self._error: BaseException | None = None  # what the last failing call raised
-        self._ignored = 0  # records that arrived after the backend was turned off (counted lost at the end)
         self._last_flush = time.monotonic()
         self.on_failure: Callable[[BackendRunner, BaseException], None] | None = None
 
@@ -73,14 +105,14 @@ class BackendRunner:
     def active(self) -> bool:
         return self.stats.status not in ("disabled", "suspended")
 
-    def put(self, item: tuple[str, dict[str, Any]]) -> None:
+    def put(self, item: Item) -> None:
         """Queue ("record", record) or ("alert", alert)."""
         self.put_many([item])
 
-    def put_many(self, items: list[tuple[str, dict[str, Any]]]) -> None:
+    def put_many(self, items: list[Item]) -> None:
         """Queue items; once the backend is off (disabled, suspended) its records are counted lost."""
         if not self.active:
-            self._ignored += sum(1 for kind, _ in items if kind == "record")  # the dispatcher's own counter
+            self.stats.lose(items)
         elif items:
             self._queue.put_many(items)
 
@@ -97,11 +129,9 @@ class BackendRunner:
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the backend to close; one still closing then is ``failed_to_close``."""
         closed = self._closed.wait(timeout)
-        self.stats.lost += self._ignored
-        self._ignored = 0
         if not closed:
             self.stats.status = "failed_to_close"
-            self.stats.lost += len(self._queue)
+            self.stats.lose(self._queue.drain())
         return closed
 
     # -- worker thread ------------------------------------------------------------------------
@@ -118,7 +148,7 @@ class BackendRunner:
             return False
         if self._opened:
             self._call("close", closing)
-        self.stats.lost += sum(1 for kind, _ in self._queue.drain() if kind == "record") + self.backend.records_lost
+        self.stats.lose(self._queue.drain(), records=self.backend.records_lost)
         self.stats.dropped = self.dropped
         self._closed.set()
         return True
@@ -127,7 +157,7 @@ class BackendRunner:
         """msmon's own code failed in a pass: write nothing more, count what is queued lost, let ``join`` return."""
         self.stats.status = "disabled"
         self.stats.reason = f"msmon's own error: {describe(exc)}"
-        self.stats.lost += self._queue.clear()
+        self.stats.lose(self._queue.drain())
         self._closed.set()
 
     def sleep_s(self) -> float | None:
@@ -142,49 +172,50 @@ class BackendRunner:
 
     def _cycle(self, final: bool) -> None:
         if not self._opened:
-            if not self._call("open"):
+            if self._call("open") is not None:
                 return
             self._opened = True
             self.stats.status = "ok"
         items = self._queue.drain()
-        start = 0
-        for index, (kind, payload) in enumerate([*items, ("end", None)]):
-            if kind == "record":
-                continue
-            if index > start and not self._write(items[start:index], items[index:]):
+        while items:  # runs of records are written as one batch, alerts in their place between them
+            kind = items[0][0]
+            length = next((i for i, (other, _) in enumerate(items) if other != kind), len(items))
+            run, items = items[:length], items[length:]
+            if kind != "record":
+                for _, alert in run:
+                    self._call("write_alert", alert)
+            elif not self._write(run, items):
                 return
-            if kind == "alert":
-                self._call("write_alert", payload)
-            start = index + 1
         if self._dirty and (final or time.monotonic() - self._last_flush >= self._flush_interval):
-            if self._call("flush"):
+            if self._call("flush") is None:
                 self._dirty = False
                 self._last_flush = time.monotonic()
 
-    def _write(self, chunk: list[Any], rest: list[Any]) -> bool:
-        """Write the records of ``chunk``; on failure keep what can be retried and count the rest lost."""
-        batch = [payload for _, payload in chunk]
+    def _write(self, run: list[Item], rest: list[Item]) -> bool:
+        """Write the records of ``run``; on failure keep what can be retried and count the rest lost."""
+        batch = [payload for _, payload in run]
         self._next_write = time.monotonic() + self._write_interval
-        if self._call("write", batch):
+        failure = self._call("write", batch)
+        if failure is None:
             self._stored(batch)
             return True
-        done = getattr(self._error, "written", 0)  # a PartialWrite stored the first records
-        if done:
-            self._stored(batch[:done])
-            chunk, batch = chunk[done:], batch[done:]
+        done = failure.written if isinstance(failure, PartialWrite) else 0  # it stored the first records
+        self._stored(batch[:done])
+        run = run[done:]
         if self.backend.network and self.active:
-            self._queue.put_front([*chunk, *rest])  # retried after the backoff
-            return False
-        self.stats.lost += len(batch)
-        if self.active:
+            self._queue.put_front([*run, *rest])  # retried after the backoff
+        elif self.active:
+            self.stats.lose(run)
             self._queue.put_front(rest)
         else:
-            self.stats.lost += sum(1 for kind, _ in rest if kind == "record")
+            self.stats.lose([*run, *rest])
         return False
 
     def _stored(self, records: list[dict[str, Any]]) -> None:
         """Records the backend stored: counted, and followed by the run's facts where it keeps them."""
-        self.stats.written += len(records)
+        if not records:
+            return
+        self.stats.wrote(len(records))
         self._dirty = True
         if self.backend.keeps_run_facts:
             self.backend.facts.add(records)
@@ -193,20 +224,19 @@ class BackendRunner:
         """The backend's ``prepare`` on the thread that starts the session; a failure counts as the backend's."""
         self._call("prepare")
 
-    def _call(self, method: str, *args: Any) -> bool:
-        self._error = None
+    def _call(self, method: str, *args: Any) -> Exception | None:
+        """Call the backend's ``method``, isolated; what it raised, or None."""
         try:
             getattr(self.backend, method)(*args)
         except Exception as exc:  # isolation is the point
-            self._error = exc
             self._failed(method, exc)
-            return False
+            return exc
         if method in ("open", "write"):  # only storing records again proves a recovery (an fsync may still pass)
             if self._consecutive and self.stats.status in ("retrying", "failing"):
                 logger.info("msmon: backend '%s' works again", self.backend.name)
                 self.stats.status = "ok"
             self._consecutive = 0
-        return True
+        return None
 
     def _failed(self, method: str, exc: BaseException) -> None:
         name = self.backend.name
@@ -241,7 +271,7 @@ class BackendRunner:
     def _stop_writing(self, status: str, reason: str) -> None:
         self.stats.status = status
         self.stats.reason = reason
-        self.stats.lost += self._queue.clear()
+        self.stats.lose(self._queue.drain())
         if self._opened:
             self._opened = False
             self._call("close", None)  # the run goes on: the backend declares no end

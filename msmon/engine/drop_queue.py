@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
 class DropQueue:
     """A bounded FIFO that drops its oldest item when full and counts the drops."""
 
-    def __init__(self, maxsize: int, ready: threading.Event | None = None) -> None:
-        """``ready``: the event a put or ``wake`` sets (several queues read by one thread share one)."""
+    def __init__(
+        self, maxsize: int, ready: threading.Event | None = None, counted: Callable[[Any], bool] | None = None,
+    ) -> None:
+        """``ready``: the event a put or ``wake`` sets (several queues read by one thread share one); ``counted``:
+        which dropped items ``dropped`` counts (None: all)."""
         self.maxsize = max(1, maxsize)
         self.dropped = 0
+        self._counted = counted
         self._items: deque[Any] = deque()
         self._lock = threading.Lock()
         self._ready = ready or threading.Event()
@@ -27,8 +31,7 @@ class DropQueue:
         with self._lock:
             for item in items:
                 if len(self._items) >= self.maxsize:
-                    self._items.popleft()
-                    self.dropped += 1
+                    self._drop(self._items.popleft())
                 self._items.append(item)
         self._ready.set()
 
@@ -37,22 +40,19 @@ class DropQueue:
         with self._lock:
             for item in reversed(items):
                 if len(self._items) >= self.maxsize:
-                    self.dropped += 1
+                    self._drop(item)
                     continue
                 self._items.appendleft(item)
+
+    def _drop(self, item: Any) -> None:
+        if self._counted is None or self._counted(item):
+            self.dropped += 1
 
     def drain(self) -> list[Any]:
         with self._lock:
             items = list(self._items)
             self._items.clear()
         return items
-
-    def clear(self) -> int:
-        """Drop everything queued; return how many items were dropped."""
-        with self._lock:
-            count = len(self._items)
-            self._items.clear()
-        return count
 
     def wait(self, timeout: float | None) -> None:
         """Sleep until woken (``put``, ``wake``) or ``timeout`` seconds (None: no limit)."""

@@ -7,7 +7,7 @@ import errno
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,7 @@ class MonitorSession:
             last_step=self.progress.last_step,
             last_record=self.writer.last_record,
             records_lost=next((s.lost + s.dropped for s in stats if s.name == "file"), None),
-            backends={s.name: asdict(s) for s in stats},
+            backends={s.name: s.summary() for s in stats},
             backends_failed_to_close=late,
             disk_guard=self.disk_guard.reason,
         )
