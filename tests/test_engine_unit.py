@@ -27,10 +27,11 @@ from engine_support import (
 
 from msmon.anomaly import StopRequest
 from msmon.engine.backends import backend_class, backend_names, register_backend, unregister_backend
-from msmon.engine.callback import StepObserver, split_outputs
+from msmon.engine.callback import StepObserver
 from msmon.engine.drop_queue import DropQueue
 from msmon.engine.record import StepProgress, console_line
 from msmon.engine.session import MonitorSession
+from msmon.engine.step_outputs import split_outputs
 from msmon.status import RunStatus
 
 
@@ -136,6 +137,25 @@ def test_the_planned_steps_and_the_data_follow_a_resume_and_a_rollback(tmp_path:
     observer.step_end(Params(cur_step_num=1, cur_epoch_num=epoch, epoch_num=3 - epoch, batch_num=50,
                              optimizer=Optimizer(), train_dataset=Dataset()))
     assert (progress.last_step, progress.data_batches, progress.total_steps) == (before + 1, 100, total)
+
+
+def test_the_read_plan_is_decided_once_from_the_settings(tmp_path: Path) -> None:
+    """What a logging step reads and what the steps between logs hold: nothing held at log_interval 1 or on a rank
+    that does not write; the flight recorder's values read on held steps even when not tracked; a reduced rank reads
+    only the non-finite check's inputs."""
+    from msmon.engine.callback import REDUCED_METRICS, ReadPlan
+
+    tracked = settings(tmp_path, track_metrics=["loss", "learning_rate", "layer_grad_norm"], log_interval=5)
+    plan = ReadPlan.of(tracked, writes=True, reduced=False, flight=False)
+    assert plan.hold and plan.stats and plan.layer_norms
+    assert plan.reads == {"loss", "learning_rate"} and plan.held_reads == {"loss"}
+    flight = ReadPlan.of(tracked, writes=True, reduced=False, flight=True)
+    assert {"grad_norm", "loss"} <= flight.held_reads and "grad_norm" in flight.reads
+    assert not ReadPlan.of(tracked, writes=False, reduced=False, flight=False).hold
+    every_step = ReadPlan.of(settings(tmp_path, log_interval=1), writes=True, reduced=False, flight=True)
+    assert not every_step.hold and not every_step.stats
+    reduced = ReadPlan.of(tracked, writes=True, reduced=True, flight=False)
+    assert reduced.metrics <= REDUCED_METRICS and not reduced.layer_norms
 
 
 def test_non_logging_steps_only_count(tmp_path: Path):

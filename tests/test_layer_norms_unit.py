@@ -18,10 +18,11 @@ from test_engine_unit import CountingTensor, Params, Stop
 
 from msmon.config.loader import load_config
 from msmon.config.split import split_monitor_config
-from msmon.engine import local_norm_print
+from msmon.engine import step_outputs
 from msmon.engine.callback import StepObserver
 from msmon.engine.grad_groups import GradGroups, group_of, groups_of_network
 from msmon.engine.record import StepProgress
+from msmon.engine.step_outputs import quiet_local_norm_print
 from msmon.validate.validator import validate
 
 #: The trained parameters, in the wrapper's order, of the two quickstarts (printed by a real run, mindformers 1.9).
@@ -190,11 +191,11 @@ def test_mindformers_output_reader_gets_five_outputs_and_prints_no_array(monkeyp
     from msmon.compat import Patch
 
     patch = Patch("fake_mf_callback", "_get_loss_output", "_get_loss_output")
-    monkeypatch.setattr(local_norm_print, "LOSS_OUTPUT_READER", {"1.9.0": patch})
-    assert local_norm_print.install("1.9.0") and local_norm_print.install("1.9.0")  # idempotent
+    monkeypatch.setattr(step_outputs, "LOSS_OUTPUT_READER", {"1.9.0": patch})
+    assert quiet_local_norm_print("1.9.0") and quiet_local_norm_print("1.9.0")  # idempotent
     assert module._get_loss_output((1, 2, 3, 4, 5, [6.0], (7,))) == (1, 2, 3, 4, 5)
     assert module._get_loss_output((1, 2, 3)) == (1, 2, 3)
     assert printed == [5, 3]
     with caplog.at_level(logging.WARNING, logger="msmon"):
-        assert not local_norm_print.install("0.1.0")
+        assert not quiet_local_norm_print("0.1.0")
     assert "prints the raw local_norm array" in caplog.text

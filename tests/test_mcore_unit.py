@@ -17,9 +17,9 @@ from test_engine_unit import Params, Stop
 
 from msmon import compat
 from msmon.config.loader import load_config
-from msmon.engine import loss_parts
-from msmon.engine.callback import StepObserver, split_outputs
+from msmon.engine.callback import StepObserver
 from msmon.engine.record import StepProgress
+from msmon.engine.step_outputs import install_loss_parts, publish_loss_parts, split_outputs, take_loss_parts
 from msmon.errors import MsmonError
 from msmon.runner import mcore_cpu
 from msmon.validate import validate
@@ -165,26 +165,26 @@ def test_split_outputs_per_token_loss_keeps_the_five_tuple_and_a_network_six_tup
 def test_loss_parts_keep_lm_and_non_zero_parts_nan_included_and_are_taken_once() -> None:
     import numpy as np
 
-    loss_parts.publish({"lm_loss": np.array([2.5], np.float32), "aux_loss": np.array([0.0], np.float32),
+    publish_loss_parts({"lm_loss": np.array([2.5], np.float32), "aux_loss": np.array([0.0], np.float32),
                         "mtp_loss": np.array([np.nan], np.float32), "indexer_loss": np.array([0.25], np.float32)})
-    parts = loss_parts.take()
+    parts = take_loss_parts()
     assert parts.keys() == {"loss_lm", "loss_mtp", "loss_indexer"}
     assert parts["loss_lm"] == 2.5 and math.isnan(parts["loss_mtp"]) and parts["loss_indexer"] == 0.25
-    assert loss_parts.take() == {}
-    loss_parts.publish({"lm_loss": 0.0, "aux_loss": 0.0})
-    assert loss_parts.take() == {"loss_lm": 0.0}
+    assert take_loss_parts() == {}
+    publish_loss_parts({"lm_loss": 0.0, "aux_loss": 0.0})
+    assert take_loss_parts() == {"loss_lm": 0.0}
 
 
 def test_the_observer_records_the_parts_published_in_the_same_step(tmp_path: Path) -> None:
     records: list[dict[str, Any]] = []
     observer = StepObserver(settings(tmp_path, log_interval=2), StepProgress(), records.append, Stop())
     for step in (1, 2, 3, 4):
-        loss_parts.publish({"lm_loss": 3.0 + step, "aux_loss": 0.01 * step, "mtp_loss": 0.0})
+        publish_loss_parts({"lm_loss": 3.0 + step, "aux_loss": 0.01 * step, "mtp_loss": 0.0})
         observer.step_end(Params(cur_step_num=step, net_outputs=(3.0 + step + 0.01 * step, False, 1.0, 1e-3, 1.0)))
     assert [(r["step"], r["loss_lm"], r["loss_aux"]) for r in records] == [(2, 5.0, 0.02), (4, 7.0, 0.04)]
     assert all("loss_mtp" not in r for r in records)
 
 
 def test_loss_parts_are_not_recorded_for_an_unknown_mindformers_version(caplog: pytest.LogCaptureFixture) -> None:
-    assert loss_parts.install("0.1.0") is False
+    assert install_loss_parts("0.1.0") is False
     assert "loss_lm/loss_aux/loss_mtp are not recorded" in caplog.text

@@ -12,8 +12,7 @@ from helpers_training import QUICKSTARTS, mindformers_step_lines
 from omegaconf import OmegaConf
 
 from msmon.compat.devices import peak_tflops
-from msmon.engine.model_flops import ModelFlops, llama_ffn, model_flops, transformer_flops
-from msmon.engine.throughput import Throughput
+from msmon.engine.step_costs import ModelFlops, Throughput, llama_ffn, model_flops, transformer_flops
 
 FULL_FLOPS = re.compile(r"Full model flops (?:is|calculated:) (\d+)")
 

@@ -112,7 +112,7 @@ def test_msmon_corrects_the_loss_exactly_as_mflossmonitor(mf_utils, stages, micr
                                                           per_token, zbv) -> None:
     from mindformers.core.callback.callback import MFLossMonitor
 
-    from msmon.engine import loss_fix
+    from msmon.engine.step_outputs import resolve_fix
 
     ms, _ = mf_utils
     ms.reset_auto_parallel_context()
@@ -124,25 +124,25 @@ def test_msmon_corrects_the_loss_exactly_as_mflossmonitor(mf_utils, stages, micr
     raw = 7.25 * micro * interleave * accumulation
     want = expected_loss(raw, stages, micro, interleave, accumulation, per_token)
     assert monitor._fix_loss_for_parallel(raw) == pytest.approx(want, rel=1e-12)  # the rule, as mindformers has it
-    fix = loss_fix.resolve([object(), monitor], None)  # the run's own MFLossMonitor
+    fix = resolve_fix([object(), monitor], None)  # the run's own MFLossMonitor
     assert (fix(raw) if fix else raw) == pytest.approx(want, rel=1e-12)
     assert (fix is None) == (want == raw)  # nothing to correct: no per-log cost
     # without an MFLossMonitor: the same function with the values the Trainer gives it (it drops the accumulation
     # steps under pipeline stages)
     config = {"parallel_config": {"micro_batch_num": micro}, "micro_batch_interleave_num": interleave,
               "runner_config": {"gradient_accumulation_steps": accumulation}, "calculate_per_token_loss": per_token}
-    fix = loss_fix.resolve([], config)
+    fix = resolve_fix([], config)
     trainer = expected_loss(raw, stages, micro, interleave, accumulation if stages == 1 else 1, per_token)
     assert (fix(raw) if fix else raw) == pytest.approx(trainer, rel=1e-12)
 
 
 def test_without_semi_auto_parallel_the_trainer_drops_the_accumulation(mf_utils) -> None:
-    from msmon.engine import loss_fix
+    from msmon.engine.step_outputs import resolve_fix
 
     ms, _ = mf_utils
     ms.reset_auto_parallel_context()  # stand_alone / data_parallel: BaseTrainer resets gradient_accumulation_steps
     config = {"micro_batch_interleave_num": 2, "runner_config": {"gradient_accumulation_steps": 4}}
-    fix = loss_fix.resolve([], config)
+    fix = resolve_fix([], config)
     assert fix is not None and fix(8.0) == 4.0
 
 

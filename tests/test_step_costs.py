@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from msmon.config.health import HealthSettings, MemoryGrowthSettings, SlowRankSettings
-from msmon.engine.step_clock import StepClock
+from msmon.engine.step_costs import StepClock
 from msmon.health.detectors.memory_growth import MemoryGrowthDetector, fit_growth
 from msmon.health.detectors.slow_rank import SlowRankDetector
 from msmon.health.rank_costs import RankCosts, RankReport
@@ -37,7 +37,7 @@ def test_the_step_clock_splits_time_at_the_callback_and_averages_per_step() -> N
 
 
 def test_the_step_ends_where_the_first_step_end_callback_ends_and_its_behaviour_is_kept() -> None:
-    from msmon.engine.step_clock import watch_step_end
+    from msmon.engine.step_costs import watch_step_end
 
     calls = []
 
@@ -238,7 +238,7 @@ def test_the_ending_gives_each_ranks_time_inside_and_outside_the_step(tmp_path: 
 
 # -- memory reads ------------------------------------------------------------------------------------
 def test_on_cpu_only_host_memory_is_read() -> None:
-    from msmon.engine.memory_reads import MemoryReads
+    from msmon.engine.step_costs import MemoryReads
 
     host, device, peak = MemoryReads().read()
     assert host is not None and host > 10 and device is None and peak is None
@@ -247,7 +247,7 @@ def test_on_cpu_only_host_memory_is_read() -> None:
 def test_a_device_that_reports_memory_is_read_in_mib_and_a_refusing_runtime_stops_the_reads(monkeypatch) -> None:
     import mindspore
 
-    from msmon.engine.memory_reads import MemoryReads
+    from msmon.engine.step_costs import MemoryReads
 
     calls = []
 

@@ -110,7 +110,7 @@ LOSS_PARTS: dict[str, LossParts] = {
 #: mindformers version -> the function through which ``MFLossMonitor`` reads the train-step outputs at every step
 #: end. With 7 outputs it also logs ``f" norm_size: {sizes}\nlocal_norm:\n{squares}"`` at INFO: the raw arrays at
 #: every step, and formatting the Tensor costs 0.65 ms for 21 parameters, 6 ms for 400 (measured on CPU), whether or
-#: not a log filter drops the line afterwards. msmon/engine/local_norm_print.py hands it the first 5 outputs (all it
+#: not a log filter drops the line afterwards. msmon/engine/step_outputs.py hands it the first 5 outputs (all it
 #: reads) when ``layer_grad_norm`` is tracked.
 LOSS_OUTPUT_READER: dict[str, Patch] = {
     version: Patch("mindformers.core.callback.callback", "_get_loss_output", "_get_loss_output")

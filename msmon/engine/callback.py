@@ -16,21 +16,29 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from msmon.anomaly import StopRequest
-from msmon.compat import TRAIN_STEP_OUTPUTS
 from msmon.config.schema import MonitorSettings
-from msmon.engine import local_norm_print, loss_fix, loss_parts
 from msmon.engine.absent import warn_absent
 from msmon.engine.flight import VALUES as FLIGHT_VALUES
 from msmon.engine.flight import FlightRecorder
 from msmon.engine.grad_groups import GradGroups, groups_of_network
-from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
 from msmon.engine.probe.runner import ProbeRunner
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
-from msmon.engine.step_clock import StepClock, watch_step_end
-from msmon.engine.throughput import Throughput
+from msmon.engine.step_costs import StepClock, Throughput, watch_step_end
+from msmon.engine.step_outputs import (
+    SCALARS,
+    Fix,
+    Held,
+    HeldSteps,
+    quiet_local_norm_print,
+    resolve_fix,
+    split_outputs,
+    step_values,
+    take_loss_parts,
+)
 from msmon.engine.train_facts import find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
 from msmon.util import internal_errors
 
@@ -44,12 +52,36 @@ class StopSource(Protocol):
     stop: StopRequest | None
 
 
-def split_outputs(outputs: Any) -> dict[str, Any]:
-    """Name the parts of ``cb_params.net_outputs`` (mindformers' tuples, ``TRAIN_STEP_OUTPUTS``, or a bare loss)."""
-    if not isinstance(outputs, tuple | list):
-        return {"loss": outputs} if outputs is not None else {}
-    names = TRAIN_STEP_OUTPUTS.get(len(outputs), ("loss",))
-    return dict(zip(names, outputs, strict=False))
+@dataclass(frozen=True)
+class ReadPlan:
+    """What the callback reads at a logging step and holds between logs: decided once, from the settings."""
+
+    interval: int
+    metrics: frozenset[str]  # the record's metrics (a reduced rank: the inputs of the non-finite check)
+    layer_norms: bool  # grad_norm/<group> from the train step's squared sums
+    stats: bool  # loss_mean, grad_norm_mean/max over the interval
+    hold: bool  # the steps between logs keep their outputs, unread, until the logging step
+    reads: frozenset[str]  # the logging step's scalar reads (of ``SCALARS``)
+    held_reads: frozenset[str]  # each held step's reads
+
+    @classmethod
+    def of(cls, settings: MonitorSettings, *, writes: bool, reduced: bool, flight: bool) -> ReadPlan:
+        """``writes``: the rank puts records; ``flight``: the flight recorder keeps each step's values."""
+        interval = max(1, settings.log_interval)
+        metrics = frozenset(canonical_metrics(settings.track_metrics))
+        if reduced:
+            metrics &= REDUCED_METRICS
+        stats = interval > 1 and bool(metrics & {"loss", "grad_norm"})
+        recorded = frozenset(FLIGHT_VALUES) if flight else frozenset()
+        return cls(
+            interval=interval,
+            metrics=metrics,
+            layer_norms="layer_grad_norm" in metrics,
+            stats=stats,
+            hold=writes and interval > 1 and (stats or flight),
+            reads=frozenset(name for name in SCALARS if name in metrics or name in recorded),
+            held_reads=recorded | (metrics & {"loss", "grad_norm"} if stats else frozenset()),
+        )
 
 
 class StepObserver:
@@ -69,10 +101,9 @@ class StepObserver:
         reduced: bool = False,
         probes: ProbeRunner | None = None,
     ) -> None:
-        self._interval = max(1, settings.log_interval)
-        self._metrics = frozenset(canonical_metrics(settings.track_metrics))
-        if reduced:
-            self._metrics &= REDUCED_METRICS
+        self._flight = flight if put is not None and flight is not None and flight.steps > 0 else None
+        writes, flight_on = put is not None, self._flight is not None
+        self.plan = plan = ReadPlan.of(settings, writes=writes, reduced=reduced, flight=flight_on)
         self._progress = progress
         self._probes = probes
         self._put = put
@@ -84,19 +115,11 @@ class StepObserver:
         self._optimizer: Any = None
         self._clock = StepClock()
         self._checked = reduced  # the writing rank warns about absent metrics, once
-        self._fix: loss_fix.Fix | None = None
+        self._fix: Fix | None = None
         self._bucket = 0
         self._offset: int | None = None  # steps trained before this process (a resumed run), known at the first step
-        self.layer_norms = "layer_grad_norm" in self._metrics
         self._groups: GradGroups | None | bool = None  # looked up at the first logging step; False: unavailable
-        self._stats = self._interval > 1 and bool(self._metrics & {"loss", "grad_norm"})
-        self._flight = flight if put is not None and flight is not None and flight.steps > 0 else None
-        # the steps since the last log hold their net_outputs, unread until the logging step
-        held = put is not None and self._interval > 1 and (self._stats or self._flight is not None)
-        self._held = HeldSteps(self._interval) if held else None
-        recorded = set(FLIGHT_VALUES) if self._flight is not None else set()
-        self._reads = frozenset(name for name in SCALARS if name in self._metrics or name in recorded)
-        self._held_reads = frozenset(recorded | (self._metrics & {"loss", "grad_norm"} if self._stats else set()))
+        self._held = HeldSteps(self.plan.interval) if plan.hold else None
         if self._flight is not None and self._held is not None:
             self._flight.pending = self._pending
 
@@ -110,8 +133,8 @@ class StepObserver:
         watch_step_end(cb_params.get("list_callback"), self._clock, own)
         self._progress.training_thread = threading.get_ident()
         callbacks = cb_params.get("list_callback")
-        if "loss" in self._metrics and self._put is not None and callbacks is not None:
-            self._fix = loss_fix.resolve(callbacks, self._config)
+        if "loss" in self.plan.metrics and self._put is not None and callbacks is not None:
+            self._fix = resolve_fix(callbacks, self._config)
 
     def step_begin(self, cb_params: Any) -> None:
         """Step begin: which step runs and since when (read by the heartbeat thread)."""
@@ -128,9 +151,9 @@ class StepObserver:
         if self._offset is None:  # MindSpore counts from 1 again in a resumed run; its optimizer restored the step
             self._optimizer = find_optimizer(cb_params)
             self._offset = steps_before(self._optimizer, cb_params.cur_step_num)
-            self._bucket = self._offset // self._interval
+            self._bucket = self._offset // self.plan.interval
             self._clock.first_step(self._offset)
-            self._plan(cb_params, self._offset)
+            self._plan_steps(cb_params, self._offset)
         step = cb_params.cur_step_num + self._offset
         progress = self._progress
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
@@ -142,7 +165,7 @@ class StepObserver:
         probes = self._probes
         if probes is not None and probes.busy:
             probes.step_end(step)
-        bucket = step // self._interval  # a new bucket = a logging step, also when sinking several steps per call
+        bucket = step // self.plan.interval  # a new bucket = a logging step, also when sinking several steps per call
         if bucket != self._bucket and self._put is not None:
             self._bucket = bucket
             self._log(cb_params, step, now, seconds)
@@ -157,7 +180,7 @@ class StepObserver:
         if self._probes is not None:
             self._probes.close()
 
-    def _plan(self, cb_params: Any, offset: int) -> None:
+    def _plan_steps(self, cb_params: Any, offset: int) -> None:
         """At the first step end: the data's batches over every epoch (the epochs before this process's first one
         included: a resumed run) and the step the curve ends at, the batches it skips (a resume, a rollback's
         ``data_skip_steps``) not trained again."""
@@ -173,18 +196,18 @@ class StepObserver:
             self._progress.total_steps = offset + data - skipped
 
     def _log(self, cb_params: Any, step: int, now: float, step_seconds: float) -> None:
-        wanted = self._metrics
+        wanted = self.plan.metrics
         record: dict[str, Any] = {"step": step, "time": time.time(), "rank": self._rank}
         parts = split_outputs(cb_params.get("net_outputs"))
         groups = self._layer_groups(cb_params, parts)
-        values = self._fixed(step_values(parts, self._reads, groups))
+        values = self._fixed(step_values(parts, self.plan.reads, groups))
         record.update((key, value) for key, value in values.items() if key in wanted or key not in SCALARS)
         if "loss" in wanted:  # an mcore model's lm / aux / MTP losses, when mindformers reports them
-            record.update({key: self._loss(value) for key, value in loss_parts.take().items()})
+            record.update({key: self._loss(value) for key, value in take_loss_parts().items()})
         if "local_norm" in wanted and parts.get("local_norm") is not None:
             record["local_norm"] = to_max(parts["local_norm"])
         held = [self._read_held(h, groups) for h in self._held.drain()] if self._held is not None else []
-        if self._stats:
+        if self.plan.stats:
             self._interval_stats(record, held, first_log=not self._checked)
         if self._flight is not None:
             own = {key: value for key, value in values.items() if key != "learning_rate"}
@@ -212,7 +235,7 @@ class StepObserver:
     def _read_held(self, held: Held, groups: GradGroups | None) -> dict[str, Any]:
         """One held step's values (each one read, now, at the logging step)."""
         groups = groups if self._flight else None
-        values = self._fixed(step_values(split_outputs(held.outputs), self._held_reads, groups))
+        values = self._fixed(step_values(split_outputs(held.outputs), self.plan.held_reads, groups))
         return {**self._step_entry(held.step, held.end, held.seconds), **values}
 
     def _pending(self) -> list[dict[str, Any]]:
@@ -222,7 +245,7 @@ class StepObserver:
 
     def _layer_groups(self, cb_params: Any, parts: dict[str, Any]) -> GradGroups | None:
         """The parameter groups of ``layer_grad_norm`` (looked up once, when the step returns squared sums)."""
-        if not self.layer_norms or parts.get("local_norm") is None:
+        if not self.plan.layer_norms or parts.get("local_norm") is None:
             return None
         if self._groups is None:
             network = cb_params.get("train_network") or cb_params.get("network")
@@ -271,13 +294,13 @@ class StepObserver:
         """This logging step's StepCost, for the heartbeat; its figures in the record when tracked."""
         cost = self._clock.cost(step, record["time"])
         self._progress.add_cost(cost)
-        record.update(cost.record_fields(self._metrics))
+        record.update(cost.record_fields(self.plan.metrics))
 
     def _warn_absent(self, record: dict[str, Any]) -> None:
         present = set(record)
         if self._groups is not None:  # recorded as grad_norm/<group>, or its absence already explained
             present.add("layer_grad_norm")
-        warn_absent(self._metrics, present, self._config)
+        warn_absent(self.plan.metrics, present, self._config)
 
 
 _CALLBACK_CLASS: type | None = None
@@ -298,8 +321,8 @@ def callback_class() -> type:
 
             def on_train_begin(self, run_context: Any) -> None:
                 framework = sys.modules.get("mindformers")
-                if self.observer.layer_norms and framework is not None:  # msmon reads the arrays mindformers prints
-                    local_norm_print.install(getattr(framework, "__version__", None))
+                if self.observer.plan.layer_norms and framework is not None:  # msmon reads the arrays it prints
+                    quiet_local_norm_print(getattr(framework, "__version__", None))
                 self.observer.begin(run_context.original_args(), self)
 
             def on_train_step_begin(self, run_context: Any) -> None:

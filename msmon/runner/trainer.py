@@ -57,10 +57,10 @@ def prepare_mcore(training_config: Mapping[str, Any]) -> None:
         return
     import mindformers
 
-    from msmon.engine import loss_parts
+    from msmon.engine.step_outputs import install_loss_parts
     from msmon.runner.mcore_cpu import apply_if_needed
 
-    loss_parts.install(mindformers.__version__)
+    install_loss_parts(mindformers.__version__)
     apply_if_needed(training_config)
 
 
