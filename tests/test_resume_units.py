@@ -384,7 +384,7 @@ def test_msmon_resume_reads_the_recorded_command_with_msmon_runs_own_parser() ->
 
 def test_msmon_resume_replays_the_request_run_json_keeps_and_reads_an_older_one_from_its_command() -> None:
     from msmon.cli.resume import record_of_command, resumed_command
-    from msmon.runner.msrun import LaunchLayout
+    from msmon.launch_layout import LaunchLayout
     from msmon.runner.plan import ResumeRecord
 
     request = RunRequest(config="c.yaml", overrides=["a.b=1", "run_mode=finetune"], max_restarts=3,

@@ -12,8 +12,8 @@ from helpers_checkpoints import iteration_tree
 from helpers_training import write_quickstart_config
 
 from msmon.errors import MsmonError
+from msmon.launch_layout import LaunchLayout
 from msmon.runner import msrun, results, rundir, runinfo
-from msmon.runner.msrun import LaunchLayout
 from msmon.runner.plan import RunRequest, prepare
 from msmon.runner.protocol import ViewOptions, read_results
 from msmon.runner.supervise import Supervisor

@@ -231,7 +231,8 @@ def test_validate_reports_what_run_refuses_naming_the_flag(registry: Builtins, t
 def test_run_and_validate_refuse_with_one_rule() -> None:
     """msmon run's check (msmon.runner.msrun.check_config) stops on the first of validate's MS026 findings."""
     from msmon.errors import MsmonError
-    from msmon.runner.msrun import LaunchLayout, check_config
+    from msmon.launch_layout import LaunchLayout
+    from msmon.runner.msrun import check_config
     from msmon.validate.launch import launch_findings
 
     training = {"use_parallel": True, "parallel_config": {"data_parallel": 4}, "parallel": {"parallel_mode": 1}}

@@ -49,7 +49,7 @@ def recorded_options(command: list[str]) -> dict[str, Any]:
 def record_of_command(command: list[str]) -> ResumeRecord:
     """The request of a run.json written before msmon kept it (``request``): parsed from its command line."""
     from msmon.config.launch_flags import parse_launch_flags
-    from msmon.runner.msrun import LaunchLayout
+    from msmon.launch_layout import LaunchLayout
     from msmon.runner.plan import ResumeRecord
 
     options = recorded_options(command)

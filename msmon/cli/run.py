@@ -94,7 +94,7 @@ def run(
     import os
 
     from msmon.config.launch_flags import parse_launch_flags
-    from msmon.runner.msrun import LaunchLayout
+    from msmon.launch_layout import LaunchLayout
     from msmon.runner.plan import RunRequest
 
     plain_overrides, flags = parse_launch_flags(overrides or [])

@@ -39,7 +39,7 @@ def validate(
     Its monitor_config; every key, type: and value against the installed mindformers; what msmon run refuses."""
     from msmon.config.launch_flags import parse_launch_flags
     from msmon.config.loader import load_config
-    from msmon.validate.context import Launch
+    from msmon.launch_layout import LaunchLayout
     from msmon.validate.validator import validate as run_checks
 
     plain, flags = parse_launch_flags(overrides or [])
@@ -47,7 +47,7 @@ def validate(
         os.environ["REGISTER_PATH"] = str(Path(flags.register_path).absolute())
     try:
         loaded = load_config(config, [*plain, *flags.overrides])
-        result = run_checks(loaded, deep=deep, launch=Launch(worker_num))
+        result = run_checks(loaded, deep=deep, launch=LaunchLayout(worker_num=worker_num))
     except MsmonError as exc:
         if not as_json or exc.exit_code != ExitCode.INVALID:
             raise

@@ -14,12 +14,12 @@ from msmon.config.loader import LoadedConfig, load_config
 from msmon.config.mindformers_yaml import check_run_mode, mindformers_config
 from msmon.config.schema import MonitorSettings
 from msmon.errors import ExitCode, MsmonError
+from msmon.launch_layout import LaunchLayout
 from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
 from msmon.runner import msrun
 from msmon.runner.checkpoints import ResumePoint
 from msmon.runner.launch_command import check_command, msrun_ranks
-from msmon.runner.msrun import LaunchLayout
 from msmon.runner.resume import further_command, resume_point
 from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate

@@ -8,14 +8,8 @@ from typing import Any
 
 from msmon.config.loader import LoadedConfig
 from msmon.config.schema import MonitorSettings
+from msmon.launch_layout import LaunchLayout
 from msmon.util.mapping import dotted_get
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How ``msmon run`` would start the training: ``worker_num`` ranks through msrun, or one process (None)."""
-
-    worker_num: int | None = None
 
 
 @dataclass
@@ -29,7 +23,7 @@ class CheckContext:
     resume: bool = False
     deep: bool = False  # read mindformers' registry again instead of msmon's cache
     cwd: Path = field(default_factory=Path.cwd)
-    launch: Launch | None = None  # the launch to check as msmon run would (MS026); None: no launch
+    launch: LaunchLayout | None = None  # the launch to check as msmon run would (MS026); None: no launch
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """A value of the resolved training config by dotted path."""

@@ -17,9 +17,10 @@ from msmon.config.loader import LoadedConfig, _now
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings
 from msmon.errors import first_line
 from msmon.findings import Finding, error, warning
+from msmon.launch_layout import LaunchLayout
 from msmon.util.mapping import dotted_get
 from msmon.validate.backends import check_backends
-from msmon.validate.context import CheckContext, Launch
+from msmon.validate.context import CheckContext
 from msmon.validate.cpu import check_cpu
 from msmon.validate.health import check_health
 from msmon.validate.inputs import INPUT_CODE, check_inputs
@@ -158,7 +159,7 @@ def generated_run_name(ctx: CheckContext, when: datetime | None = None) -> str:
 
 def validate(
     loaded: LoadedConfig, *, resume: bool = False, deep: bool = False, cwd: Path | None = None,
-    launch: Launch | None = None,
+    launch: LaunchLayout | None = None,
 ) -> ValidationResult:
     """Check ``loaded`` before any device is touched; never imports mindspore or mindformers (the installed
     mindformers' registry comes from msmon's cache, built once in a child process; ``deep``: built again).
