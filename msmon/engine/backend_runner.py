@@ -81,7 +81,7 @@ class BackendRunner:
         """``ready``: the event of the worker thread that runs this backend (set by a put, a suspend, a close)."""
         self.backend = backend
         self.stats = BackendStats(backend.name)
-        self._queue = DropQueue(queue_size, ready, counted=is_record)
+        self._queue: DropQueue[Item] = DropQueue(queue_size, ready, counted=is_record)
         self._closed = threading.Event()
         self._flush_interval = backend.flush_interval_s
         self._opened = False

@@ -5,28 +5,30 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
-class DropQueue:
+class DropQueue(Generic[T]):
     """A bounded FIFO that drops its oldest item when full and counts the drops."""
 
     def __init__(
-        self, maxsize: int, ready: threading.Event | None = None, counted: Callable[[Any], bool] | None = None,
+        self, maxsize: int, ready: threading.Event | None = None, counted: Callable[[T], bool] | None = None,
     ) -> None:
         """``ready``: the event a put or ``wake`` sets (several queues read by one thread share one); ``counted``:
         which dropped items ``dropped`` counts (None: all)."""
         self.maxsize = max(1, maxsize)
         self.dropped = 0
         self._counted = counted
-        self._items: deque[Any] = deque()
+        self._items: deque[T] = deque()
         self._lock = threading.Lock()
         self._ready = ready or threading.Event()
 
-    def put(self, item: Any) -> None:
+    def put(self, item: T) -> None:
         self.put_many((item,))
 
-    def put_many(self, items: Sequence[Any]) -> None:
+    def put_many(self, items: Sequence[T]) -> None:
         """Append several items under one lock and one wake-up."""
         with self._lock:
             for item in items:
@@ -35,7 +37,7 @@ class DropQueue:
                 self._items.append(item)
         self._ready.set()
 
-    def put_front(self, items: list[Any]) -> None:
+    def put_front(self, items: list[T]) -> None:
         """Put items back at the head (a failed batch to retry), keeping the bound."""
         with self._lock:
             for item in reversed(items):
@@ -44,11 +46,11 @@ class DropQueue:
                     continue
                 self._items.appendleft(item)
 
-    def _drop(self, item: Any) -> None:
+    def _drop(self, item: T) -> None:
         if self._counted is None or self._counted(item):
             self.dropped += 1
 
-    def drain(self) -> list[Any]:
+    def drain(self) -> list[T]:
         with self._lock:
             items = list(self._items)
             self._items.clear()

@@ -45,7 +45,7 @@ class Writer:
         self.backend_threads = list(backend_threads)
         self.runners = [runner for thread in self.backend_threads for runner in thread.runners]
         self.listeners: list[Listener] = list(listeners)
-        self.queue = DropQueue(queue_size)
+        self.queue: DropQueue[dict[str, Any]] = DropQueue(queue_size)
         self.records_seen = 0
         self.last_record: dict[str, Any] | None = None
         self._status = status
