@@ -27,7 +27,7 @@ CLAIMS = [
     ("docs/health.md", r"the timeout is at least `slow_step_timeout_s` \((?P<a>\d+) minutes\)",
      {"a": ("health.stall.slow_step_timeout_s", 60)}),
     ("docs/health.md", r"> (?P<a>[\d.]+) x the other ranks' median and >= (?P<b>\d+) ms more, at every logged step for "
-                       r"(?P<c>\d+) steps; not in the first (?P<d>\d+) steps",
+                       r"(?P<c>\d+) steps [^;]*; not in the first (?P<d>\d+) steps",
      {"a": "health.slow_rank.ratio", "b": "health.slow_rank.min_excess_ms", "c": "health.slow_rank.window_steps",
       "d": "health.slow_rank.skip_steps"}),
     ("docs/health.md", r"over the last (?P<a>\d+) steps \(R² >= (?P<b>[\d.]+)\) that grows >= (?P<c>\d+) MiB over "

@@ -14,7 +14,8 @@ from helpers_rank_set import machine, rank_set
 
 from msmon.errors import MsmonError
 from msmon.ops.rank_summary import ending_lines, parse_ranks, shown_rows, summarize
-from msmon.ops.ranks import first_heartbeat, rank_ranges, rank_states, ranks_text
+from msmon.ops.ranks import first_heartbeat, rank_states
+from msmon.util.ranks import rank_ranges, ranks_text
 
 
 def beat(step: int, now: float, host: str, *, silent: float = 0.0, state: str = "training") -> dict:

@@ -173,6 +173,36 @@ def test_unsynchronised_ranks_are_judged_by_their_step_time() -> None:
     assert signal.values["rank"] == 2 and signal.values["figure"] == "step_ms"
 
 
+@pytest.mark.parametrize(("machines", "per_machine"), [(2, 4), (128, 8)])
+def test_a_slow_machine_is_named_once_with_its_ranks(machines: int, per_machine: int) -> None:
+    """Every rank of one machine slow outside the step (a slow disk): the machine is named, with its ranks, once;
+    at 1,024 ranks too."""
+    detector = SlowRankDetector(SlowRankSettings())
+    hosts = {rank: f"node-{rank // per_machine}" for rank in range(machines * per_machine)}
+    slow_machine = machines - 1
+    fired = []
+    for step in range(5, 200, 5):
+        costs = {rank: cost(step, outside=42.0 if step >= 40 and rank // per_machine == slow_machine else 2.0)
+                 for rank in hosts}
+        fired += [signal for signal in [detector.observe(step, costs, hosts)] if signal is not None]
+    assert len(fired) == 1
+    values = fired[0].values
+    first = slow_machine * per_machine
+    assert values["machine"] == f"node-{slow_machine}" and values["ranks"] == list(range(first, first + per_machine))
+    assert fired[0].message.startswith(f"machine node-{slow_machine} (ranks {first}-{first + per_machine - 1}, "
+                                       f"all {per_machine} of its ranks): 21.0x the other machines' time outside")
+
+
+def test_one_slow_rank_on_a_machine_is_the_rank_not_the_machine() -> None:
+    detector = SlowRankDetector(SlowRankSettings())
+    hosts = {rank: f"node-{rank // 4}" for rank in range(8)}
+    fired = [detector.observe(step, {rank: cost(step, outside=42.0 if rank == 5 else 2.0) for rank in hosts}, hosts)
+             for step in range(5, 200, 5)]
+    named = [signal for signal in fired if signal is not None]
+    assert len(named) == 1 and named[0].values["rank"] == 5 and "machine" not in named[0].values
+    assert named[0].message.startswith("rank 5 on node-1:")
+
+
 # -- every rank together -----------------------------------------------------------------------------
 def test_rank_costs_judge_a_step_once_every_rank_reported_it() -> None:
     judge = RankCosts(HealthSettings())

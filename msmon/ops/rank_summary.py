@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msmon.errors import MsmonError
-from msmon.ops.ranks import LIVE, RankState, rank_ranges, report
+from msmon.ops.ranks import LIVE, RankState, report
 from msmon.util.durations import format_duration
+from msmon.util.ranks import rank_ranges
 
 MAX_STATES = 3  # states counted one by one in the line; the rest are counted together
 MAX_OUTLIER_GROUPS = 3  # groups of wrong ranks named in the line; the rest are counted

@@ -33,12 +33,13 @@ from msmon.health import HealthMonitor, make_sinks
 from msmon.health.alert import Signal
 from msmon.health.detectors.nonfinite import NonFiniteDetector
 from msmon.health.rank_costs import RankCosts, RankReport
-from msmon.ops.ranks import LIVE, diagnose, last_record, rank_states, ranks_text, read_heartbeats, with_record
+from msmon.ops.ranks import LIVE, diagnose, last_record, rank_states, read_heartbeats, with_record
 from msmon.runner import stacks
 from msmon.step_cost import StepCost
 from msmon.util.atomic import atomic_write_json
 from msmon.util.jsonfiles import read_json_object
 from msmon.util.numbers import as_number
+from msmon.util.ranks import ranks_text
 
 logger = logging.getLogger("msmon")
 
