@@ -41,6 +41,11 @@ class LaunchLayout:
         return bool(self.worker_num)
 
     @property
+    def spans_machines(self) -> bool:
+        """The ranks run on several machines (``--local-worker-num`` below ``--worker-num``)."""
+        return bool(self.worker_num) and (self.local_worker_num or self.world_size) < self.world_size
+
+    @property
     def joins_run(self) -> bool:
         """A machine other than node 0 of a multi-machine run: node 0 creates the run directory."""
         return self.node_rank not in (None, 0)

@@ -5,7 +5,10 @@ Paths are relative to the run directory (``run_dir / layout.METRICS``); docs/arc
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 from pathlib import Path
 
 RUN_JSON = "run.json"
@@ -15,7 +18,7 @@ MINDFORMERS_YAML = "mindformers.yaml"  # the config the training loads (msmon.co
 METRICS = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 ALERTS = "alerts.jsonl"
-HEARTBEATS = "heartbeats"  # each rank's liveness: heartbeats/rank_N.json; its step costs: rank_N.jsonl
+HEARTBEATS = "heartbeats"  # each rank's liveness: heartbeats/rank_N.json (or node_K.json); its step costs: rank_N.jsonl
 STACKS = "stacks"  # each rank's Python stacks, captured when the run stalls: stacks/rank_N.txt
 REPORT = "report.html"
 LOGS = "logs"
@@ -81,10 +84,31 @@ def rank_costs(run_dir: Path, rank: int) -> Path:
     return run_dir / HEARTBEATS / f"rank_{rank}.jsonl"
 
 
+def machine_heartbeat(run_dir: Path, node: int) -> Path:
+    """One machine's ranks' liveness, gathered by that machine's ``msmon run`` (a run over several machines)."""
+    return run_dir / HEARTBEATS / f"node_{node}.json"
+
+
+def machine_heartbeat_files(run_dir: Path) -> list[Path]:
+    return sorted((Path(run_dir) / HEARTBEATS).glob("node_*.json"))
+
+
+def local_heartbeats(run_dir: Path, node: int) -> Path:
+    """Where the ranks of machine ``node`` of a run over several machines rewrite their liveness files: a directory
+    on that machine's own disk (not the shared run directory), one per user, run and machine."""
+    digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"msmon-heartbeats-{os.getuid()}" / f"{digest}-node{node}"
+
+
 def heartbeat_files(run_dir: Path, suffix: str) -> dict[int, Path]:
     """rank -> its ``heartbeats/rank_N<suffix>`` file (``.json``: the liveness files, ``.jsonl``: the step costs)."""
+    return rank_files(Path(run_dir) / HEARTBEATS, suffix)
+
+
+def rank_files(directory: Path, suffix: str) -> dict[int, Path]:
+    """rank -> its ``rank_N<suffix>`` file in ``directory``."""
     found = {}
-    for path in (Path(run_dir) / HEARTBEATS).glob(f"rank_*{suffix}"):
+    for path in Path(directory).glob(f"rank_*{suffix}"):
         match = re.fullmatch(rf"rank_(\d+){re.escape(suffix)}", path.name)
         if match is not None:
             found[int(match.group(1))] = path

@@ -52,6 +52,8 @@ def test_a_spec_crosses_the_environment_unchanged(config: Path) -> None:
     env = spec.to_env()
     assert list(env) == [SPEC_ENV]
     assert RankSpec.from_env(env) == spec
+    machine = dataclasses.replace(spec, heartbeat_dir=Path("/scratch/hb/ab-node1"))  # several machines
+    assert RankSpec.from_env(machine.to_env()) == machine
 
 
 @pytest.mark.parametrize(("value", "says"), [

@@ -119,3 +119,46 @@ def test_a_runs_liveness_is_the_lowest_readable_heartbeat(tmp_path: Path) -> Non
     for rank in (1, 2):
         (run_dir / "heartbeats" / f"rank_{rank}.json").unlink()
     assert first_heartbeat(run_dir) is None
+
+
+# -- a run over several machines: each machine's heartbeats gathered into one file -------------------------------
+def test_a_machine_gathers_its_ranks_heartbeats_into_one_file_that_every_reader_reads(tmp_path: Path) -> None:
+    """Ranks 8-15 rewrite their liveness on their machine's disk; its ``MachineBeats`` writes heartbeats/node_1.json
+    (once a second at most, at once when asked); read_heartbeats gives every rank from either kind of file, the one
+    rewritten last where a rank is in both, skips a half-written machine file; a new attempt clears the machine's
+    files, its end removes its local directory and keeps the last states."""
+    from msmon import layout
+    from msmon.launch_layout import LaunchLayout
+    from msmon.ops.ranks import read_heartbeats
+    from msmon.runner.machine_beats import MachineBeats
+    from msmon.util.atomic import rewrite_json
+
+    run_dir = tmp_path / "p" / "r"
+    (run_dir / "heartbeats").mkdir(parents=True)
+    local = layout.local_heartbeats(run_dir, 1)
+    assert local != layout.local_heartbeats(run_dir, 0) and not local.is_relative_to(run_dir)
+    local.mkdir(parents=True)
+    now = time.time()
+    for rank in range(8, 16):
+        rewrite_json(local / f"rank_{rank}.json", beat(100, now, "node-1"))
+    for rank in range(8):  # node 0's ranks, as one machine writes them
+        rewrite_json(layout.rank_heartbeat(run_dir, rank), beat(100, now, "node-0"))
+    rewrite_json(layout.rank_heartbeat(run_dir, 9), beat(90, now, "node-1", silent=60))  # an older attempt's
+    gatherer = MachineBeats(run_dir, 1, local)
+    gatherer.gather()
+    assert sorted(read_heartbeats(run_dir)) == list(range(16))
+    assert read_heartbeats(run_dir)[9]["begun"] == 100  # the gathered one is newer
+    rewrite_json(local / "rank_8.json", beat(101, now, "node-1"))
+    gatherer.gather()  # not due yet: at most once a second
+    assert read_heartbeats(run_dir)[8]["begun"] == 100
+    gatherer.gather(now=True)
+    assert read_heartbeats(run_dir)[8]["begun"] == 101
+    (run_dir / "heartbeats" / "node_2.json").write_text('{"node": 2, "ranks": {"16": {"sta')  # half-written
+    assert sorted(read_heartbeats(run_dir)) == list(range(16))
+    rewrite_json(local / "rank_8.json", beat(101, now, "node-1", state="completed"))
+    gatherer.close()
+    assert read_heartbeats(run_dir)[8]["state"] == "completed" and not local.exists()
+    gatherer.clear()
+    assert not (run_dir / "heartbeats" / "node_1.json").exists()
+    assert LaunchLayout(worker_num=16, local_worker_num=8, node_rank=1).spans_machines
+    assert not LaunchLayout(worker_num=2).spans_machines and not LaunchLayout().spans_machines

@@ -26,6 +26,8 @@ from helpers_training import mindformers_step_lines
 from launch import records
 from test_resume import EVERY, STEPS, one_curve, same_losses, wait_for_checkpoint
 
+from msmon import layout
+from msmon.ops.ranks import read_heartbeats
 from msmon.util.net import free_port
 
 pytestmark = pytest.mark.training
@@ -118,7 +120,15 @@ def test_two_machines_on_one_host_share_one_run_directory(tmp_path: Path) -> Non
     rows = [json.loads(line) for line in (node0.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(5, rows[-1]["step"] + 1, 5))  # one curve, from rank 0
     assert {r["rank"] for r in rows} == {0}
-    assert {node0.heartbeat(r)["state"] for r in (0, 1)} == {"completed"}
+    # each machine rewrote its rank's liveness on its own disk and gathered it into one file of the shared directory
+    beats_dir = node0.run_dir / "heartbeats"
+    assert sorted(p.name for p in beats_dir.glob("*.json")) == ["node_0.json", "node_1.json"]
+    for node in (0, 1):
+        gathered = json.loads((beats_dir / f"node_{node}.json").read_text())
+        assert gathered["node"] == node and list(gathered["ranks"]) == [str(node)]
+        assert not layout.local_heartbeats(node0.run_dir, node).exists()  # removed at the machine's end
+    assert {beat["state"] for beat in read_heartbeats(node0.run_dir).values()} == {"completed"}
+    assert sorted(read_heartbeats(node0.run_dir)) == [0, 1]
     assert (node0.run_dir / "logs" / "ranks" / "node_1" / "worker_1.log").exists()
     assert not (node0.run_dir / "stacks").exists()  # nobody asked for a stack
     assert processes_of(node0.run_dir) == []

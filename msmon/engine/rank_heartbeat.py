@@ -10,7 +10,9 @@ them with the non-finite detector (docs/health.md, "Distributed runs"). It carri
 left of it, and appends each new cost to ``heartbeats/rank_N.jsonl`` (the slow-rank and memory-growth detectors,
 live in the parent and in ``msmon replay``). The training thread writes nothing here; a write (compact JSON, one
 fixed temporary file, no fsync) costs this thread about 0.1 ms a second. ``host`` names the rank's machine:
-``msmon status`` and ``msmon runs`` count the machines and name a wrong rank's.
+``msmon status`` and ``msmon runs`` count the machines and name a wrong rank's. In a run over several machines the
+file is rewritten on the machine's own disk and that machine's ``msmon run`` gathers its ranks' files into one
+(msmon.runner.machine_beats): a shared run directory sees one rewrite a second per machine, not per rank.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ class RankHeartbeat(Listener):
     """The heartbeat file of one rank: ``start()``, ``on_record`` (listener), ``stop(state)``."""
 
     def __init__(self, run_dir: Path, progress: StepProgress, rank: int, *, log_interval: int = 1,
-                 interval_s: float = HEARTBEAT_S, host: str | None = None) -> None:
+                 interval_s: float = HEARTBEAT_S, host: str | None = None, directory: Path | None = None) -> None:
         """``host``: the machine the file names (``msmon status`` groups ranks by it), this one's name unless a
-        benchmark or test simulates ranks of other machines."""
-        self.path = layout.rank_heartbeat(Path(run_dir), rank)
+        benchmark or test simulates ranks of other machines; ``directory``: where the liveness file is rewritten
+        (a run over several machines: this machine's own disk, gathered by its ``msmon run``; None: the run
+        directory's ``heartbeats/``)."""
+        self.path = Path(directory) / f"rank_{rank}.json" if directory else layout.rank_heartbeat(Path(run_dir), rank)
         self.costs_path = layout.rank_costs(Path(run_dir), rank)
         self._costs_written = 0
         self._host_memory: tuple[float | None, float | None] = (None, None)  # (limit, left) MiB, read with costs

@@ -58,6 +58,7 @@ class MonitorSession:
         writer_rank: int = 0,
         listeners: Iterable[Listener] = (),
         attempt: Attempt | None = None,
+        heartbeat_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         self.attempt = attempt  # the run's attempt (msmon run's spec); None: the first, from the start
@@ -71,7 +72,8 @@ class MonitorSession:
         self.progress = StepProgress()
         self.stop: StopRequest | None = None
         self._metrics = canonical_metrics(settings.track_metrics)
-        self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval)
+        self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval,
+                                           directory=heartbeat_dir)
         self.disk_guard = DiskGuard(self.run_dir, settings.disk, on_trip=self._stop_heavy_outputs)
         self._callback: Any = None
         self._observer: StepObserver | None = None

@@ -73,14 +73,35 @@ def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """rank -> its heartbeat, for every readable ``heartbeats/rank_N.json`` (a half-written one is skipped)."""
+    """rank -> its heartbeat, for every readable ``heartbeats/rank_N.json`` and every rank of the machines' gathered
+    ``heartbeats/node_K.json`` (a run over several machines); a rank in both: the one rewritten last. A half-written
+    file is skipped."""
+    found = read_rank_files(Path(run_dir) / layout.HEARTBEATS)
+    for path in layout.machine_heartbeat_files(run_dir):
+        try:
+            gathered = read_json_object(path).get("ranks")
+        except (OSError, ValueError):
+            continue
+        for key, beat in (gathered or {}).items() if isinstance(gathered, dict) else ():
+            rank = int(key) if str(key).isdigit() else None
+            if rank is not None and isinstance(beat, dict) and _alive(beat) >= _alive(found.get(rank)):
+                found[rank] = beat
+    return dict(sorted(found.items()))
+
+
+def read_rank_files(directory: Path) -> dict[int, dict[str, Any]]:
+    """rank -> its heartbeat, for every readable ``rank_N.json`` in ``directory``."""
     found: dict[int, dict[str, Any]] = {}
-    for rank, path in layout.heartbeat_files(run_dir, ".json").items():
+    for rank, path in layout.rank_files(directory, ".json").items():
         try:
             found[rank] = read_json_object(path)
         except (OSError, ValueError):
             continue
     return found
+
+
+def _alive(beat: dict[str, Any] | None) -> float:
+    return as_number((beat or {}).get("alive")) or 0.0
 
 
 def last_record(run_dir: Path) -> dict[str, Any] | None:

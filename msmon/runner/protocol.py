@@ -53,6 +53,7 @@ class RankSpec:
     view: ViewOptions = field(default_factory=ViewOptions)
     config_path: Path | None = None  # the user's CONFIG: under `msmon run CONFIG -- COMMAND` the Trainer gets
     #                                  mindformers.yaml in its place
+    heartbeat_dir: Path | None = None  # a run over several machines: the ranks' liveness files on this machine's disk
 
     @property
     def mindformers_yaml(self) -> Path:
@@ -65,6 +66,7 @@ class RankSpec:
             "attempt": dataclasses.asdict(self.attempt), "world_size": self.world_size,
             "writer_rank": self.writer_rank, "node_rank": self.node_rank, "view": dataclasses.asdict(self.view),
             "config_path": None if self.config_path is None else str(self.config_path),
+            "heartbeat_dir": None if self.heartbeat_dir is None else str(self.heartbeat_dir),
         }
         return {SPEC_ENV: json.dumps(data)}
 
@@ -83,6 +85,7 @@ class RankSpec:
                 node_rank=None if data["node_rank"] is None else int(data["node_rank"]),
                 view=ViewOptions(**data["view"]),
                 config_path=None if data["config_path"] is None else Path(data["config_path"]),
+                heartbeat_dir=None if data["heartbeat_dir"] is None else Path(data["heartbeat_dir"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise SpecError(f"{SPEC_ENV} is not a spec of this msmon ({type(exc).__name__}: {exc})") from exc

@@ -108,7 +108,8 @@ class RankWatcher:
         reported before is reported again). ``forget_heartbeats``: the earlier attempt's heartbeats go (node 0 owns
         the run directory), else a dead rank's heartbeat would look like a hang."""
         if forget_heartbeats:
-            for path in (self.run_dir / layout.HEARTBEATS).glob("rank_*.json"):
+            for path in [*layout.heartbeat_files(self.run_dir, ".json").values(),
+                         *layout.machine_heartbeat_files(self.run_dir)]:
                 path.unlink(missing_ok=True)
         self._detectors.clear()
         self._fed.clear()

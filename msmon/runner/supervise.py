@@ -31,6 +31,7 @@ from msmon.runner.attempt_entries import carried_over, replace_last
 from msmon.runner.board_beside import BoardBeside
 from msmon.runner.checkpoints import ResumePoint, latest_checkpoint
 from msmon.runner.lifecycle import Lifecycle, SignalAction
+from msmon.runner.machine_beats import MachineBeats
 from msmon.runner.plan import RunPlan
 from msmon.runner.protocol import RankSpec, ViewOptions
 from msmon.runner.rank_watch import RankWatcher
@@ -101,10 +102,12 @@ class Supervisor:
         self.record = RunRecord()
         self.board = BoardBeside(plan, say)
         launch = plan.request.launch_layout
+        local = layout.local_heartbeats(plan.run_dir, launch.node_rank or 0) if launch.spans_machines else None
+        self.machine_beats = MachineBeats(plan.run_dir, launch.node_rank or 0, local) if local else None
         self.base_spec = RankSpec(
             run_dir=plan.run_dir, settings=plan.settings, attempt=Attempt(1), world_size=launch.world_size,
             writer_rank=plan.writer_rank, node_rank=launch.node_rank, view=view,
-            config_path=plan.config_file,
+            config_path=plan.config_file, heartbeat_dir=local,
         )
         self.watcher = RankWatcher(plan.run_dir, plan.settings, plan.training, pipeline=plan.pipeline,
                                    writer_rank=plan.writer_rank, node_rank=launch.node_rank)
@@ -170,6 +173,8 @@ class Supervisor:
         (``supersede``) the rank watcher starts again and a stop it asked is spent."""
         if supersede:
             self.monitor_stop = None
+            if self.machine_beats is not None:
+                self.machine_beats.clear()
             self.watcher.restart(forget_heartbeats=not self.plan.request.joins_run)
         self.record, attempt = attempts.prepare_attempt(self.plan, self.record, point, reason, supersede=supersede)
         self._training = TrainingProcess(self.plan.request, dataclasses.replace(self.base_spec, attempt=attempt))
@@ -201,6 +206,8 @@ class Supervisor:
             elif action is SignalAction.FORCE:
                 logger.warning("msmon: second %s: the training flushes and exits now", name)
                 self.training.force_stop()
+        if self.machine_beats is not None:
+            self.machine_beats.gather()
         if self.lifecycle.signal is None:
             self._watch()
         self.board.check()
@@ -364,6 +371,8 @@ class Supervisor:
         if self._done:
             return Outcome(status, code, self.plan.run_dir, error)
         self._done = True
+        if self.machine_beats is not None:
+            self.machine_beats.close()
         self.watcher.close()
         stacks.remove_unused(self.plan.run_dir, sorted(ranks.by_rank))
         self.board.stop()

@@ -185,7 +185,7 @@ class Worker:
 
         self.session = MonitorSession(
             settings, self.run_dir, config=training, rank=self.rank, world_size=self.world_size,
-            writer_rank=self.writer_rank, attempt=self.spec.attempt,
+            writer_rank=self.writer_rank, attempt=self.spec.attempt, heartbeat_dir=self.spec.heartbeat_dir,
         ).start()
         self._add_view(settings.verbose)
         if self.rank != self.writer_rank:
