@@ -162,3 +162,21 @@ def test_a_machine_gathers_its_ranks_heartbeats_into_one_file_that_every_reader_
     assert not (run_dir / "heartbeats" / "node_1.json").exists()
     assert LaunchLayout(worker_num=16, local_worker_num=8, node_rank=1).spans_machines
     assert not LaunchLayout(worker_num=2).spans_machines and not LaunchLayout().spans_machines
+
+
+def test_the_last_records_are_read_from_the_end_of_the_file(tmp_path: Path) -> None:
+    """``tail_rows`` parses from the last line back (a half-written last line skipped, a valid one without its
+    newline kept); ``last_records`` looks in the last 64 KiB, then 4 MiB, for a key the last records lack."""
+    from msmon.ops.runs import last_records
+    from msmon.util.jsonfiles import tail_rows
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 3.0}\nnot json\n{"step": 2}\n{"step": 3, "lo')
+    assert list(tail_rows(path)) == [{"step": 2}, {"step": 1, "loss": 3.0}]
+    path.write_text('{"step": 1}\n{"step": 2}')
+    assert next(tail_rows(path)) == {"step": 2}
+    filler = "".join(json.dumps({"step": s, "grad_norm": 1.0, "pad": "x" * 200}) + "\n" for s in range(2, 1002))
+    path.write_text(json.dumps({"step": 1, "loss": 2.5}) + "\n" + filler)
+    assert path.stat().st_size > 65536
+    found = last_records(path, ("loss", "step"))
+    assert found["loss"] == {"step": 1, "loss": 2.5} and found["step"]["step"] == 1001

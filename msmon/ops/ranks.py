@@ -14,7 +14,7 @@ from msmon import layout
 from msmon.step_cost import StepCost
 from msmon.util import procs
 from msmon.util.durations import format_duration
-from msmon.util.jsonfiles import read_json_object, read_jsonl_tail
+from msmon.util.jsonfiles import read_json_object, tail_rows
 from msmon.util.numbers import as_number
 from msmon.util.ranks import ranks_text
 
@@ -107,10 +107,9 @@ def _alive(beat: dict[str, Any] | None) -> float:
 def last_record(run_dir: Path) -> dict[str, Any] | None:
     """The last complete record of the run's ``metrics.jsonl`` (None without one)."""
     try:
-        rows = read_jsonl_tail(run_dir / layout.METRICS, RECORD_TAIL_BYTES).rows
+        return next(tail_rows(run_dir / layout.METRICS, RECORD_TAIL_BYTES), None)
     except OSError:
         return None
-    return rows[-1] if rows else None
 
 
 def with_record(beats: dict[int, dict[str, Any]], record: dict[str, Any] | None) -> dict[int, dict[str, Any]]:

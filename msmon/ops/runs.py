@@ -13,12 +13,12 @@ from typing import Any
 from msmon import layout
 from msmon.errors import MsmonError
 from msmon.ops.rank_summary import summarize
-from msmon.ops.ranks import RankReport, first_heartbeat, report
+from msmon.ops.ranks import RECORD_TAIL_BYTES, RankReport, first_heartbeat, report
 from msmon.run_record import RunRecord, read_run_record
 from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.files import subdirs
-from msmon.util.jsonfiles import read_jsonl_tail
+from msmon.util.jsonfiles import TAIL_BYTES, tail_rows
 from msmon.util.numbers import as_number
 
 STALE_AFTER_S = 600.0
@@ -37,7 +37,7 @@ class RunInfo:
     start: datetime | None
     end: datetime | None
     duration_s: float | None
-    last_modified: float
+    last_modified: float  # the newest mtime of its files; its end time when run.json records its start and end
     heartbeat_age_s: float | None
     last_step: int | None
     last_loss: float | None
@@ -89,18 +89,20 @@ def read_record(path: Path, problems: list[str]) -> RunRecord | None:
 
 
 def last_records(path: Path, keys: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """For each key, the last record of a JSON Lines file that has it (from its last 4 MiB)."""
-    try:
-        rows = read_jsonl_tail(path).rows
-    except OSError:
-        return {}
+    """For each key, the last record of a JSON Lines file that has it: from its last 64 KiB, else its last 4 MiB (a
+    long run's file is never read whole; most runs' last record has every key)."""
     found: dict[str, dict[str, Any]] = {}
-    for record in reversed(rows):
-        for key in keys:
-            if key in record and key not in found:
-                found[key] = record
-        if len(found) == len(keys):
-            break
+    for max_bytes in (RECORD_TAIL_BYTES, TAIL_BYTES):
+        found = {}
+        try:
+            for record in tail_rows(path, max_bytes):
+                for key in keys:
+                    if key in record and key not in found:
+                        found[key] = record
+                if len(found) == len(keys):
+                    return found
+        except OSError:
+            return found
     return found
 
 
@@ -149,8 +151,8 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
     project = recorded.project_name or (rel[0] if len(rel) > 1 else "-")
     if run is None and "run.json unreadable" not in problems:
         problems.append("no run.json")
-    modified = last_modified(path)
     start, end = recorded.started_at, recorded.ended_at
+    modified = end.timestamp() if start and end else last_modified(path)  # a run that ended: no walk of its files
     beat = as_number((heartbeat or {}).get("alive"))  # refreshed every second by the rank's own thread
     heartbeat_age_s = now - beat if beat is not None else None
     metric = last_records(path / layout.METRICS, ("loss", "step"))

@@ -94,14 +94,28 @@ def read_jsonl(path: Path) -> JsonLines:
 
 def read_jsonl_tail(path: Path, max_bytes: int = TAIL_BYTES) -> JsonLines:
     """The complete lines among the last ``max_bytes`` of the file (line numbers unknown: counted from 1)."""
+    return parse_jsonl(_tail(path, max_bytes).decode("utf-8", errors="replace"))
+
+
+def _tail(path: Path, max_bytes: int) -> bytes:
+    """The lines among the last ``max_bytes`` of the file, from the first whole one; OSError when unreadable."""
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         start = max(0, size - max_bytes)
         handle.seek(start)
         data = handle.read()
-    if start:
-        data = data[data.find(b"\n") + 1 :]  # the first line is cut
-    return parse_jsonl(data.decode("utf-8", errors="replace"))
+    return data[data.find(b"\n") + 1 :] if start else data  # the first line is cut
+
+
+def tail_rows(path: Path, max_bytes: int = TAIL_BYTES) -> Iterator[dict[str, Any]]:
+    """The valid lines among the last ``max_bytes`` of the file, parsed one at a time from the last one
+    back (a caller that wants the last record parses one line, not 4 MiB); OSError when it cannot be read."""
+    for raw in reversed(_tail(path, max_bytes).split(b"\n")):  # a line cut by a write in progress: no parse, skipped
+        if raw.strip():
+            try:
+                yield parse_object(raw.decode("utf-8", errors="replace"))
+            except ValueError:
+                continue
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
