@@ -125,6 +125,11 @@ def probe_mark(run_dir: Path, request_id: str, rank: int) -> Path:
     return run_dir / PROBES / request_id / f"rank_{rank}.json"
 
 
+def probe_purpose(run_dir: Path, request_id: str) -> Path:
+    """Why msmon requested a probe itself (``msmon.probe.purpose``: the baseline profile, an alert's)."""
+    return run_dir / PROBES / request_id / "purpose.json"
+
+
 def profile_dir(run_dir: Path, first_step: int, last_step: int, rank: int) -> Path:
     """One rank's profile of the steps ``first_step`` to ``last_step`` (the profiler writes below it)."""
     return run_dir / PROFILES / f"{first_step}-{last_step}" / f"rank_{rank}"

@@ -13,6 +13,8 @@ before msmon's own callback (mindformers runs the config's callbacks first).
   checkpoint write would): host work outside the train step that holds the other ranks back at the next collective.
 - ``LeakHostMemory``: keeps ``mb`` MiB of written bytes at every step end: host memory that grows by exactly that
   much a step.
+- ``BusyCoreFrom``: from one step on, every thread of the process shares one core with a thread that hashes without
+  the GIL (a CPU-bound neighbour on the host): the operators take about twice their time.
 - ``GrowBlock``: from one step on, makes block ``block``'s gradients grow by ``factor`` per step without changing
   what the network computes: it divides some of the block's weights by the factor and multiplies the weights that
   undo it (the legacy attention's wq/wk and wv/wo and its ffn's w3/w2; the mcore linear_qkv, whose query and key
@@ -21,8 +23,10 @@ before msmon's own callback (mindformers runs the config's callbacks first).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +76,30 @@ class SlowHostOnRank(Callback):
     def on_train_step_end(self, run_context: Any) -> None:
         if this_rank() == self.rank:
             time.sleep(self.seconds)
+
+
+class BusyCoreFrom(Callback):
+    def __init__(self, step: int = 60, **_: Any) -> None:
+        super().__init__()
+        self.step, self.started = step, False
+
+    def on_train_step_end(self, run_context: Any) -> None:
+        if self.started or run_context.original_args().cur_step_num < self.step - 1:
+            return
+        self.started = True
+        threading.Thread(target=_hash_forever, name="busy-core", daemon=True).start()
+        core = min(os.sched_getaffinity(0))
+        for task in os.listdir("/proc/self/task"):  # every thread (MindSpore's pools too), the hashing one included
+            try:
+                os.sched_setaffinity(int(task), {core})
+            except OSError:
+                continue  # a thread that has just ended
+
+
+def _hash_forever() -> None:
+    block = os.urandom(1 << 22)
+    while True:
+        hashlib.sha256(block).digest()  # hashlib lets the GIL go for large inputs: the training's threads run on
 
 
 class LeakHostMemory(Callback):

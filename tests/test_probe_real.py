@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from msmon import layout
-from msmon.engine.probe.profile_summary import ProfileSummary
 from msmon.probe import ProbeState, read_marks, read_request
+from msmon.probe.summary import ProfileSummary
 
 pytestmark = pytest.mark.training
 

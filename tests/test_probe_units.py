@@ -20,7 +20,7 @@ from msmon import layout
 from msmon.anomaly import StopRequest
 from msmon.engine.callback import StepObserver
 from msmon.engine.probe import runner as probe_runner
-from msmon.engine.probe.profile_summary import ProfileSummary, StepBounds, summarize
+from msmon.engine.probe.profile_summary import summarize
 from msmon.engine.probe.runner import ProbeRunner, RequestWatch
 from msmon.engine.probe.window import Phase, ProbeWindow, Window
 from msmon.engine.record import StepProgress
@@ -35,6 +35,7 @@ from msmon.probe import (
     read_request,
     write_request,
 )
+from msmon.probe.summary import ProfileSummary, StepBounds
 
 DATA = Path(__file__).resolve().parent / "data" / "profile_cpu"
 

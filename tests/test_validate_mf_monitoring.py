@@ -204,6 +204,10 @@ def test_ms013_mindformers_own_profiler_is_named_at_validate(tmp_path: Path) -> 
     (finding,) = found(on, "MS013")
     assert not finding.is_error and finding.path == "profile" and finding.line == line_of(on, "profile")
     assert "steps 3-8" in finding.message and "`msmon probe RUN profile` refuses this run" in finding.message
+    assert "action: profile" not in finding.message
+    acting = write(tmp_path, {"health": {"throughput_drop": {"action": "profile"}}}, profile=True)
+    (finding,) = found(acting, "MS013")
+    assert "the action: profile of throughput_drop profiles nothing" in finding.message
     assert found(write(tmp_path, profile=False), "MS013") == []
     assert found(write(tmp_path), "MS013") == []
     result = run_msmon("validate", str(write(tmp_path)), "profile=True")

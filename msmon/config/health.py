@@ -7,12 +7,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from msmon.config.fields import CLASS_DOC, doc
+from msmon.probe import MAX_STEPS
 
 Action = Literal["log", "alert", "stop"]
 ACTION_DOC = "log (alerts.jsonl and msmon.log only), alert (every sink), or stop (alert, then a graceful stop: exit 4)"
 RecoverableAction = Literal["log", "alert", "stop", "rollback"]
 RECOVERABLE_ACTION_DOC = (ACTION_DOC + ", or rollback (alert, stop, train again from the newest checkpoint before the "
                           "onset with the bad data skipped: health.rollback)")
+ProfilingAction = Literal["log", "alert", "stop", "profile"]
+PROFILING_ACTION_DOC = (ACTION_DOC + ", or profile (alert, profile the next health.profile.steps steps of the affected "
+                        "rank(s), then alert which operator types got slower than in the run's baseline profile)")
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,14 @@ class RecoverableDetectorSettings:
 
     enabled: bool = doc(True, CLASS_DOC)
     action: RecoverableAction = doc("alert", RECOVERABLE_ACTION_DOC)
+
+
+@dataclass(frozen=True)
+class ProfilingDetectorSettings:
+    """A detector of slowness: its action may be profile (docs/probe.md)."""
+
+    enabled: bool = doc(True, CLASS_DOC)
+    action: ProfilingAction = doc("alert", PROFILING_ACTION_DOC)
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,7 @@ class LearningRateSettings(DetectorSettings):
 
 
 @dataclass(frozen=True)
-class ThroughputDropSettings(DetectorSettings):
+class ThroughputDropSettings(ProfilingDetectorSettings):
     """detect throughput that stays below a fraction of its rolling median"""
 
     fraction: float = doc(
@@ -160,6 +172,19 @@ class ThroughputDropSettings(DetectorSettings):
     min_steps: int = doc(
         150, "training steps the slowness must last (a burst of a neighbour on the host is no alert)", at_least=0
     )
+
+
+@dataclass(frozen=True)
+class SlowStepSettings(ProfilingDetectorSettings):
+    """alert when one logged step takes far longer than the recent median (off by default: a busy host has such
+    steps; turn it on to profile them)"""
+
+    enabled: bool = doc(False, CLASS_DOC)
+    factor: float = doc(5.0, "a slow step takes more than factor x the median of the recent logged steps ...",
+                        above=1.0)
+    min_excess_ms: float = doc(20.0, "... and at least this many milliseconds more", at_least=0.0)
+    window: int = doc(20, "recent logged steps in the median (slow ones never enter it)", at_least=3)
+    warmup: int = doc(5, "logged steps (after the first, which holds compilation) before it may fire", at_least=1)
 
 
 @dataclass(frozen=True)
@@ -184,7 +209,7 @@ class StallSettings(DetectorSettings):
 
 
 @dataclass(frozen=True)
-class SlowRankSettings(DetectorSettings):
+class SlowRankSettings(ProfilingDetectorSettings):
     """name a rank whose time outside the step (or whole step time) stays above its peers'"""
 
     ratio: float = doc(1.5, "a slow rank's time is above ratio x the other ranks' median ...", above=1.0)
@@ -221,6 +246,20 @@ class RollbackSettings:
     )
 
 
+@dataclass(frozen=True)
+class ProfileActionSettings:
+    steps: int = doc(5, "steps profiled after an alert whose action is profile, and in the baseline", at_least=1,
+                     at_most=MAX_STEPS)
+    baseline_step: int = doc(
+        20, "with a profile action on: the baseline profile begins after this training step (past compilation)",
+        at_least=1,
+    )
+    slower_ratio: float = doc(1.2, "an operator type is slower when its time a step is above this x the baseline's",
+                              above=1.0)
+    max_profiles: int = doc(5, "alert profiles per run (the baseline not counted)", at_least=0)
+    max_disk_mb: float = doc(500.0, "no new profile once the run's profiles/ holds this many MB", above=0.0)
+
+
 ChatService = Literal["feishu", "lark", "dingtalk", "wecom", "slack"]
 
 
@@ -248,7 +287,7 @@ class AlertSettings:
 
 @dataclass(frozen=True)
 class HealthSettings:
-    """``monitor_config.health``: the detectors, the rollback budget, and where alerts go."""
+    """``monitor_config.health``: the detectors, the rollback and profile budgets, and where alerts go."""
 
     enabled: bool = doc(True, "run the health detectors and the stall check")
     nonfinite: NonFiniteSettings = field(default_factory=NonFiniteSettings)
@@ -263,8 +302,10 @@ class HealthSettings:
     throughput_drop: ThroughputDropSettings = field(default_factory=ThroughputDropSettings)
     stall: StallSettings = field(default_factory=StallSettings)
     slow_rank: SlowRankSettings = field(default_factory=SlowRankSettings)
+    slow_step: SlowStepSettings = field(default_factory=SlowStepSettings)
     memory_growth: MemoryGrowthSettings = field(default_factory=MemoryGrowthSettings)
     rollback: RollbackSettings = field(default_factory=RollbackSettings)
+    profile: ProfileActionSettings = field(default_factory=ProfileActionSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
 
 
@@ -272,4 +313,10 @@ class HealthSettings:
 ROLLBACK_DETECTORS: tuple[str, ...] = tuple(
     name for name, tp in typing.get_type_hints(HealthSettings).items()
     if isinstance(tp, type) and issubclass(tp, RecoverableDetectorSettings)
+)
+
+#: The detectors whose alerts may profile the slow steps (action ``profile``).
+PROFILE_DETECTORS: tuple[str, ...] = tuple(
+    name for name, tp in typing.get_type_hints(HealthSettings).items()
+    if isinstance(tp, type) and issubclass(tp, ProfilingDetectorSettings)
 )

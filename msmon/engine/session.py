@@ -207,6 +207,8 @@ class MonitorSession:
         heavy = [runner for runner in self.writer.runners if runner.backend.heavy and runner.active]
         for runner in heavy:
             runner.suspend(reason)
+        if self.probes is not None:  # profiles are heavy outputs too
+            self.probes.disk_guard_tripped(reason)
         stopped = ", ".join(runner.backend.name for runner in heavy) or "nothing (no heavy backend in use)"
         logger.warning(
             "msmon: disk guard: %s; stopped writing %s; metrics.jsonl and training continue "

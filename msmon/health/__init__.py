@@ -13,6 +13,7 @@ from typing import Any
 from msmon import layout
 from msmon.compat.parallel import global_batch_size
 from msmon.health.monitor import HealthMonitor, Sink
+from msmon.health.profile_action import TIMING_DETECTORS, ProfileAction, profile_action_on
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
 from msmon.listener import Listener
 from msmon.reference.band import reference_band
@@ -87,10 +88,14 @@ def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str
     recorder = getattr(session, "flight_recorder", None)  # the window before each alert, written to context/
     reference = settings.reference  # loaded in the writing rank before its first step
     batch = global_batch_size(config, getattr(session, "world_size", 1)) if config else None
+    # action profile: this rank's detectors of slow steps, and the baseline profile (docs/probe.md)
+    profiles = ProfileAction(Path(run_dir), health, TIMING_DETECTORS, baseline=True,
+                             min_free_mb=settings.disk.min_free_mb) if profile_action_on(health) else None
     monitor = HealthMonitor(health, config, sinks=make_sinks(settings, Path(run_dir), session),
                             request_stop=getattr(session, "request_stop", None),
                             context=recorder.dump if recorder is not None else None, stall=stall,
-                            reference=reference_band(reference.runs, reference.tags, health.reference_drift, batch))
+                            reference=reference_band(reference.runs, reference.tags, health.reference_drift, batch),
+                            profiles=profiles)
     attempt = getattr(session, "attempt", None)  # a resumed attempt: the detectors start warm
     if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
         from msmon.health.replay import history

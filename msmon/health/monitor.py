@@ -16,6 +16,7 @@ from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.groups import GroupNorms
+from msmon.health.profile_action import TIMING_DETECTORS, ProfileAction
 from msmon.reference.band import ReferenceBand
 from msmon.util import internal_errors
 
@@ -54,6 +55,7 @@ class HealthMonitor:
         context: Callable[[int, str], str | None] | None = None,
         stall: bool = True,
         reference: ReferenceBand | None = None,
+        profiles: ProfileAction | None = None,
     ) -> None:
         self.settings = settings
         detectors = build_detectors(settings, config, reference)
@@ -64,6 +66,7 @@ class HealthMonitor:
         self.request_stop = request_stop
         self.context = context
         self.groups = GroupNorms()
+        self.profiles = profiles  # action profile: the requests, the baseline, the comparisons (docs/probe.md)
         self.alerts: list[Alert] = []
         self.suppressed = 0
         self.stop: StopRequest | None = None  # the first stop a detector's action asked for
@@ -94,9 +97,13 @@ class HealthMonitor:
     def observe(self, record: dict[str, Any]) -> list[Alert]:
         """Run every detector on one record; return the alerts raised (after rate limiting)."""
         raised: list[Alert] = []
+        step = record.get("step")
         with self._lock:
             self.groups.observe(record)
+            probed = self.profiles is not None and isinstance(step, int) and self.profiles.probed(step)
             for det in list(self.detectors):
+                if probed and det.name in TIMING_DETECTORS:
+                    continue  # a profiled step's time is the profiler's
                 try:
                     signal = det.observe(record)
                 except Exception as exc:  # noqa: BLE001 - a broken detector must not stop the others
@@ -105,10 +112,28 @@ class HealthMonitor:
                     continue
                 if signal is not None:
                     signal = self.groups.explain(det.name, signal, record)
-                    alert = self._raise(det.name, signal, record.get("step"), record.get("time"))
+                    alert = self._raise(det.name, signal, step, record.get("time"))
                     if alert is not None:
                         raised.append(alert)
+            if isinstance(step, int):
+                raised.extend(self._profiled(step, record.get("time")))
         return raised
+
+    def check_profiles(self, step: int, time: float) -> list[Alert]:
+        """The profiles of alerts (action profile) that every rank has finished, compared with the baseline, as
+        alerts (the watcher of ``msmon run``, which sees no records)."""
+        with self._lock:
+            return self._profiled(step, time)
+
+    def _profiled(self, step: int, time: Any) -> list[Alert]:
+        if self.profiles is None:
+            return []
+        when = float(time) if isinstance(time, int | float) and not isinstance(time, bool) else None
+        found = []
+        for report in self.profiles.at_record(step):
+            found.append(Alert(when, step, report.detector, "warning", report.message, report.values, "profile"))
+            self._deliver(found[-1])
+        return found
 
     def warm(self, records: Iterable[dict[str, Any]]) -> int:
         """A resumed run: feed the detectors the records kept from its earlier attempts, raising nothing, then mark
@@ -179,16 +204,13 @@ class HealthMonitor:
         action = getattr(self.settings, detector).action
         step = step if isinstance(step, int) else -1
         context = self.context(step, detector) if self.context is not None and step >= 0 else None
-        alert = Alert(when, step, detector, signal.severity, signal.message, signal.values, action, context,
+        message = signal.message
+        if action == "profile" and self.profiles is not None:
+            rank = signal.values.get("rank")
+            message += "; " + self.profiles.on_alert(detector, step, (rank,) if isinstance(rank, int) else None)
+        alert = Alert(when, step, detector, signal.severity, message, signal.values, action, context,
                       signal.onset_step)
-        self.alerts.append(alert)
-        for sink in self.sinks:
-            if action == "log" and not sink.quiet:
-                continue
-            try:
-                sink.handle(alert)
-            except Exception as exc:  # noqa: BLE001 - an alert sink must never break training
-                logger.warning("alert sink %s failed: %s", type(sink).__name__, exc)
+        self._deliver(alert)
         if action in ("stop", "rollback") and self.stop is None:
             anomaly = None
             if action == "rollback":  # the parent rolls the run back (msmon.runner.lifecycle)
@@ -198,6 +220,17 @@ class HealthMonitor:
             if self.request_stop is not None:
                 self.request_stop(self.stop)
         return alert
+
+    def _deliver(self, alert: Alert) -> None:
+        """Record ``alert`` and hand it to the sinks (action ``log``: the quiet ones only)."""
+        self.alerts.append(alert)
+        for sink in self.sinks:
+            if alert.action == "log" and not sink.quiet:
+                continue
+            try:
+                sink.handle(alert)
+            except Exception as exc:  # noqa: BLE001 - an alert sink must never break training
+                logger.warning("alert sink %s failed: %s", type(sink).__name__, exc)
 
     def _allowed(self, detector: str, severity: str, when: float | None) -> bool:
         """Per detector at most one alert per rate_limit_s; a critical one is never held back by a warning."""

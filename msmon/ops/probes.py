@@ -20,9 +20,9 @@ from msmon.probe import (
     pending_ranks,
     read_marks,
     read_request,
+    world_size,
     write_request,
 )
-from msmon.run_record import recorded
 from msmon.status import RunStatus
 
 
@@ -56,13 +56,6 @@ class ProbeListing:
         return {"request": None if self.request is None else self.request.to_json(),
                 "marks": [mark.to_json() for _, mark in sorted(self.marks.items())], "pending": self.pending,
                 "profiles": self.profiles}
-
-
-def world_size(run_dir: Path) -> int:
-    """The run's number of ranks (run.json's ``device_count``; 1 when unknown)."""
-    record = recorded(run_dir)
-    count = record.device_count if record is not None else None
-    return count if count is not None and count > 0 else 1
 
 
 def request_probe(run_dir: Path, kind: ProbeKind, steps: int, ranks: tuple[int, ...] | None) -> ProbeRequest:

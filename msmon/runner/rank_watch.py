@@ -32,6 +32,7 @@ from msmon.config.schema import MonitorSettings
 from msmon.health import HealthMonitor, make_sinks
 from msmon.health.alert import Signal
 from msmon.health.detectors.nonfinite import NonFiniteDetector
+from msmon.health.profile_action import ProfileAction, profile_action_on
 from msmon.health.rank_costs import RankCosts, RankReport
 from msmon.ops.ranks import LIVE, diagnose, last_record, rank_states, read_heartbeats, with_record
 from msmon.runner import stacks
@@ -58,8 +59,11 @@ class RankWatcher:
         self.pipeline = pipeline
         self.writer_rank = writer_rank
         self.node_rank = node_rank or 0
-        self.monitor = HealthMonitor(self.health, config, sinks=make_sinks(settings, self.run_dir, None)
-                                     ) if self.enabled else None
+        # action profile of slow_rank: the rank it names is profiled, its profile compared with the baseline
+        profiles = ProfileAction(self.run_dir, self.health, frozenset({"slow_rank"}), baseline=False,
+                                 min_free_mb=settings.disk.min_free_mb) if profile_action_on(self.health) else None
+        self.monitor = HealthMonitor(self.health, config, sinks=make_sinks(settings, self.run_dir, None),
+                                     profiles=profiles) if self.enabled else None
         self._detectors: dict[int, NonFiniteDetector] = {}
         self._fed: dict[int, int] = {}
         self._costs = RankCosts(self.health)
@@ -93,6 +97,9 @@ class RankWatcher:
             self._check_values(beats)
         if self.health.slow_rank.enabled or self.health.memory_growth.enabled:
             self._check_costs(beats)
+        if self.monitor is not None and self.monitor.profiles is not None:  # an alert's profile, once finished
+            now = time.time()
+            self.monitor.check_profiles(max((s.ended or 0 for s in rank_states(beats, now)), default=0), now)
         if self.health.stall.enabled:
             self._check_stall(beats, local)
         return self.stop

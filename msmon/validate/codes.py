@@ -23,7 +23,8 @@ CODES: dict[str, str] = {
     "MS012": "warning: a mindformers monitoring setting and msmon's equivalent both on (two TensorBoard writers, "
     "gradient norms computed twice) or disagreeing (step_interval vs log_interval); docs/config.md maps the keys",
     "MS013": "warning: mindformers' own profiler is on (profile: True, what `msmon run --profile` passes): "
-    "`msmon probe RUN profile` refuses the run, MindSpore runs one profiler at a time",
+    "`msmon probe RUN profile` refuses the run and health's action: profile profiles nothing, MindSpore runs one "
+    "profiler at a time",
     "MS020": "a top-level key the installed mindformers does not read, a few edits from one it reads (a misspelled "
     "section such as optimzer: is silently ignored, its defaults train): the nearest key and the line",
     "MS021": "warning: a top-level key nothing reads and no misspelling of one (not referred to as ${key} or by a "

@@ -20,6 +20,7 @@ from msmon.compat import (
     TEMPLATE_SPIKE_THRESHOLD,
     global_norm_spike_threshold,
 )
+from msmon.config.health import PROFILE_DETECTORS
 from msmon.config.profiler import PROFILE_KEY, own_profiler
 from msmon.findings import Finding, error, warning
 from msmon.util.numbers import fmt_number
@@ -178,13 +179,17 @@ def check_stop_rules(ctx: CheckContext) -> list[Finding]:
 
 
 def check_own_profiler(ctx: CheckContext) -> list[Finding]:
-    """MS013: mindformers' own profiler is on, so ``msmon probe RUN profile`` refuses the run."""
+    """MS013: mindformers' own profiler is on, so ``msmon probe RUN profile`` refuses the run (and the health
+    detectors' ``action: profile`` profiles nothing)."""
     setting = own_profiler({PROFILE_KEY: ctx.get(PROFILE_KEY), "profile_start_step": ctx.get("profile_start_step", 1),
                             "profile_stop_step": ctx.get("profile_stop_step", 10)})
     if setting is None:
         return []
+    health = ctx.settings.health
+    actions = [name for name in PROFILE_DETECTORS if getattr(health, name).action == "profile"]
+    also = f" and the action: profile of {', '.join(actions)} profiles nothing" if actions else ""
     return [warning("MS013", PROFILE_KEY, f"{setting}, into logs/output/profile/rank_N/; `msmon probe RUN profile` "
-                    "refuses this run: MindSpore runs one profiler at a time",
+                    f"refuses this run{also}: MindSpore runs one profiler at a time",
                     "leave profile off to profile any steps of the running training with `msmon probe RUN profile` "
                     "(docs/probe.md)")]
 

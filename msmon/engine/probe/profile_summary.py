@@ -16,71 +16,13 @@ from __future__ import annotations
 
 import bisect
 import csv
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+
+from msmon.probe.summary import OpTime, OpTypeTime, ProfileSummary, StepBounds, StepTime
 
 TOP_OPERATORS = 20
 FRAMEWORK = "FRAMEWORK"
-
-
-@dataclass(frozen=True)
-class OpTypeTime:
-    op_type: str
-    count: int
-    total_ms: float
-    avg_ms: float
-    share: float  # of all operators' time in the window
-
-
-@dataclass(frozen=True)
-class OpTime:
-    name: str  # the operator's full name in the graph (its scope: the layer it belongs to)
-    op_type: str
-    count: int
-    total_ms: float
-    avg_ms: float
-
-
-@dataclass(frozen=True)
-class StepTime:
-    step: int
-    wall_ms: float  # from the step's begin to its end, as the callback saw it
-    op_ms: float | None  # the operators' time inside it (None without the timestamp table)
-    ops: int | None
-
-
-@dataclass(frozen=True)
-class StepBounds:
-    """One profiled step's begin and end (Unix nanoseconds, taken by the callback)."""
-
-    step: int
-    begin_ns: int
-    end_ns: int
-
-
-@dataclass(frozen=True)
-class ProfileSummary:
-    rank: int
-    first_step: int
-    last_step: int
-    complete: bool
-    profiler_output: list[str]  # the profiler's directories, relative to the rank's profile directory
-    op_total_ms: float
-    op_types: list[OpTypeTime] = field(default_factory=list)
-    top_operators: list[OpTime] = field(default_factory=list)
-    steps: list[StepTime] = field(default_factory=list)
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProfileSummary:
-        return cls(**{**data, "op_types": [OpTypeTime(**x) for x in data["op_types"]],
-                      "top_operators": [OpTime(**x) for x in data["top_operators"]],
-                      "steps": [StepTime(**x) for x in data["steps"]]})
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -91,6 +91,12 @@ class ProbeRunner:
         self._watch = RequestWatch(run_dir, rank)
         self._window = ProbeWindow()
         self._probe: Probe | None = None
+        self._disk_full: str | None = None  # the disk guard tripped: no new window (docs/probe.md)
+
+    def disk_guard_tripped(self, reason: str) -> None:
+        """No request is taken from now on (each is marked refused with ``reason``); a window open now runs to its
+        end."""
+        self._disk_full = f"the disk guard stopped heavy outputs: {reason}"
 
     @property
     def busy(self) -> bool:
@@ -103,7 +109,7 @@ class ProbeRunner:
         request = self._watch.poll()
         if request is None:
             return
-        refused = refusal(request.kind, self._training, os.environ)
+        refused = self._disk_full or refusal(request.kind, self._training, os.environ)
         if refused is not None:
             logger.warning("msmon: rank %d does not run the %s probe: %s", self.rank, request.kind.value, refused)
             self._mark(request, ProbeState.REFUSED, message=refused)

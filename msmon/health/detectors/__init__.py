@@ -20,6 +20,7 @@ from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.loss_spike import LossSpikeDetector
 from msmon.health.detectors.nonfinite import NonFiniteDetector
 from msmon.health.detectors.reference_drift import ReferenceDriftDetector
+from msmon.health.detectors.slow_step import SlowStepDetector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.detectors.throughput_drop import ThroughputDropDetector
 from msmon.reference.band import ReferenceBand
@@ -66,6 +67,7 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
         (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),
         (settings.learning_rate.enabled, lambda: LearningRateDetector(settings.learning_rate, schedule)),
         (settings.throughput_drop.enabled, lambda: ThroughputDropDetector(settings.throughput_drop)),
+        (settings.slow_step.enabled, lambda: SlowStepDetector(settings.slow_step, slow_step_intervals(config))),
         (settings.stall.enabled, lambda: StallDetector(settings.stall, slow_step_intervals(config))),
     ]
     detectors: list[Detector] = [make() for enabled, make in candidates if enabled]

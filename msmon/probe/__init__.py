@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msmon import layout
+from msmon.run_record import recorded
 from msmon.util.atomic import atomic_write_json
 from msmon.util.jsonfiles import read_json_object, read_objects
 
@@ -154,3 +155,10 @@ def pending_ranks(request: ProbeRequest, marks: dict[int, ProbeMark], world_size
     """The ranks ``request`` names (of ``world_size``) that have not marked it yet."""
     named = range(world_size) if request.ranks is None else request.ranks
     return [rank for rank in named if rank not in marks]
+
+
+def world_size(run_dir: Path) -> int:
+    """The run's number of ranks (run.json's ``device_count``; 1 when unknown)."""
+    record = recorded(run_dir)
+    count = record.device_count if record is not None else None
+    return count if count is not None and count > 0 else 1
