@@ -137,3 +137,33 @@ def test_cli(save: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "msmon", "clean", "nowhere", "--older-than", "1d"],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and "no such directory" in missing.stderr
+
+
+def test_profiles_only_removes_the_old_runs_profiles_and_keeps_the_runs(save: Path) -> None:
+    """`msmon clean --profiles`: the profiles/ of the runs past the limit go (the heavy part), the runs stay;
+    `msmon runs` lists each run's profiled windows before and after."""
+    from conftest import run_msmon
+
+    from msmon.ops.runs import list_runs
+
+    old = make_run(save, "p", "old", ended_days=5)
+    recent = make_run(save, "p", "recent", ended_days=1)
+    bare = make_run(save, "p", "bare", ended_days=9)
+    for run in (old, recent):
+        for window in ("61-65", "23-27"):
+            (run / "profiles" / window / "rank_0").mkdir(parents=True)
+        (run / "profiles" / "61-65" / "rank_0" / "trace_view.json").write_bytes(b"x" * 500_000)
+    listed = {info.run: info for info in list_runs(save)}
+    assert listed["old"].profile_windows == ["23-27", "61-65"] and listed["bare"].profiles == []
+    assert listed["old"].to_json()["profiles"] == ["profiles/23-27/rank_0", "profiles/61-65/rank_0"]
+    table = run_msmon("runs", str(save))
+    assert "profiles" in table.stdout and "23-27, 61-65" in table.stdout, table.stdout
+
+    dry = clean(save, 3 * DAY, dry_run=True, profiles_only=True)
+    assert names(dry.removed) == {"p/old"} and dry.freed_bytes == 500_000 and (old / "profiles").exists()
+    said = run_msmon("clean", str(save), "--older-than", "3d", "--profiles")
+    assert said.code == 0 and "removed the profiles of p/old  0.5 MB" in said.stdout, said.stdout
+    assert "bare" not in said.stdout  # no profiles: nothing to say
+    assert not (old / "profiles").exists() and (old / "run.json").exists() and bare.exists()
+    assert (recent / "profiles" / "61-65" / "rank_0" / "trace_view.json").exists()
+    assert {info.run: info.profiles for info in list_runs(save)}["old"] == []

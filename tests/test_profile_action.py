@@ -211,3 +211,41 @@ def test_the_monitor_profiles_on_the_alert_and_sends_the_comparison_down_the_ale
     follow = sink.alerts[-1]
     assert (follow.detector, follow.step, follow.action) == ("throughput_drop", 30, "profile")
     assert "slower than in the baseline: Add 3.0x (1 -> 3 ms a step)" in follow.message
+
+
+# -- the report -----------------------------------------------------------------------------------------------------
+def test_the_report_marks_the_profiled_windows_and_tables_the_operators_against_the_baseline(tmp_path: Path) -> None:
+    """A run with a baseline, an alert's profile and a profile by hand: the step-time and throughput plots shade
+    each window (named by why it was taken), and each profile has its operator table against the baseline, the
+    slower types marked; the page renders in Chromium without a console error."""
+    from conftest import run_msmon
+    from test_view_unit import chromium_open, make_run, page_data
+
+    from msmon.probe import new_request
+    from msmon.probe.purpose import ProbePurpose, write_purpose
+    from msmon.view.report import build_report
+    from msmon.view.series import load_run
+
+    run_dir = make_run(tmp_path, "profiled", steps=100, every=10, alerts=False)
+    made = [(Purpose.BASELINE, None, summary(21, BASE, 30.0)),
+            (Purpose.ANOMALY, 580, summary(601, {**BASE, "MatMul": 8.0}, 60.0)),
+            (None, None, summary(801, BASE, 31.0))]
+    for purpose, step, profile in made:
+        request = new_request(ProbeKind.PROFILE, 5, None)
+        if purpose is not None:
+            write_purpose(run_dir, ProbePurpose(request.id, purpose, "throughput_drop" if step else None, step))
+        finish(run_dir, request.id, 0, profile)
+    html = build_report(load_run(run_dir))
+    marks = page_data(html)["profiles"]
+    assert [(m["step"], m["until"], m["label"]) for m in marks] == [
+        (21, 25, "profile 21-25: baseline (rank 0)"), (601, 605, "profile 601-605: throughput_drop at step 580 "
+                                                       "(rank 0)"), (801, 805, "profile 801-805: msmon probe (rank 0)")]
+    assert all(m["metrics"] == ["step_time_ms", "throughput"] for m in marks)
+    assert "<h2>Profiles (3)</h2>" in html and "Steps 601-605, rank 0: throughput_drop at step 580" in html
+    assert "slower than in the baseline: MatMul 2.0x (4 -&gt; 8 ms a step)" in html
+    assert '<tr class="slower"><td>MatMul</td><td class="num">8.000</td><td class="num">4.000</td><td>2.0x</td>' in html
+    assert "<td>Add</td><td class=\"num\">1.000</td><td class=\"num\">1.000</td><td>1.0x</td>" in html
+    report = tmp_path / "report.html"
+    assert run_msmon("report", str(run_dir), "--out", str(report)).code == 0
+    _, dom = chromium_open(report, tmp_path)
+    assert 'data-msmon-ready="' in dom

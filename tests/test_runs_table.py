@@ -133,8 +133,8 @@ def test_cli_table_and_errors(save: Path) -> None:
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.strip().splitlines()
     assert header.split() == ["project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat",
-                              "ranks"]
-    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-4:] == ["0.5", "3", "-", "-"]
+                              "ranks", "profiles"]
+    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-5:] == ["0.5", "3", "-", "-", "-"]
     assert rows[1].split()[:3] == ["p", "dead", "stale"] and " 11m4" in rows[1]  # the heartbeat's age
     assert f"  rank 0 ({socket.gethostname()}) not responding 11m4" in rows[1]  # its one rank, 700 s silent
     missing = subprocess.run([sys.executable, "-m", "msmon", "runs", "nowhere"], capture_output=True, text=True,

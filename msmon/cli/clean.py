@@ -1,4 +1,5 @@
-"""`msmon clean SAVE_DIR --older-than 3d`: free disk by removing old run directories."""
+"""`msmon clean SAVE_DIR --older-than 3d [--profiles]`: free disk by removing old run directories (or only their
+profiles)."""
 
 from __future__ import annotations
 
@@ -20,19 +21,24 @@ def clean(
     older_than: str = typer.Option(..., "--older-than", help="Remove runs last active longer ago: 3d, 12h, 30m."),
     keep_last: int = typer.Option(0, "--keep-last", help="Always keep the N most recent runs of each project."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be removed."),
+    profiles: bool = typer.Option(False, "--profiles",
+                                  help="Remove only the runs' profiles/ (operator profiles); the runs stay."),
 ) -> None:
-    """Remove run directories older than a limit; never a running one, never anything outside SAVE_DIR."""
+    """Remove run directories older than a limit (or, with --profiles, only their profiles); never from a running
+    run, never anything outside SAVE_DIR."""
     from msmon.ops.clean import clean as clean_runs
     from msmon.util.durations import format_duration, parse_duration
 
-    result = clean_runs(save_dir, parse_duration(older_than), keep_last=keep_last, dry_run=dry_run)
+    result = clean_runs(save_dir, parse_duration(older_than), keep_last=keep_last, dry_run=dry_run,
+                        profiles_only=profiles)
     verb = "would remove" if dry_run else "removed"
+    what = "the profiles of " if profiles else ""
     for entry in result.removed:
         info = entry.info
         age = format_duration(entry.age_s)
-        print(f"{verb} {info.project}/{info.run}  {_mb(entry.size_bytes)}  (last active {age} ago)")
+        print(f"{verb} {what}{info.project}/{info.run}  {_mb(entry.size_bytes)}  (last active {age} ago)")
     for entry in result.kept:
-        if entry.reason != "newer than the limit":
+        if entry.reason not in ("newer than the limit", "no profiles"):
             print(f"kept {entry.info.project}/{entry.info.run}: {entry.reason}")
     total = f"{_mb(result.freed_bytes)} from {len(result.removed)} run(s)"
     print(f"would free {total} (dry run: nothing removed)" if dry_run else f"freed {total}")

@@ -32,8 +32,8 @@ def runs(
         "10m", "--stale-after", help="A running run on another host is stale when its heartbeat is older than this."
     ),
 ) -> None:
-    """List the runs under SAVE_DIR: project, run, status, start, duration, last step and loss, alerts, ranks
-    (`msmon status RUN` shows them one by one)."""
+    """List the runs under SAVE_DIR: project, run, status, start, duration, last step and loss, alerts, ranks,
+    profiled windows (`msmon status RUN` shows them one by one)."""
     from msmon.ops.runs import list_runs
     from msmon.util.durations import format_duration, parse_duration
 
@@ -48,7 +48,8 @@ def runs(
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
-    for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat", "ranks"):
+    for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat", "ranks",
+                   "profiles"):
         table.add_column(column, justify="right" if column in ("duration", "step", "loss", "alerts") else "left")
     for info in found:
         age = info.heartbeat_age_s
@@ -61,7 +62,7 @@ def runs(
             info.project, info.run, f"[{STATUS_COLOURS.get(info.status, 'default')}]{info.status}[/]",
             info.start.strftime("%Y-%m-%d %H:%M") if info.start else "-", format_duration(info.duration_s),
             "-" if info.last_step is None else str(info.last_step), _loss(info.last_loss),
-            alerts_cell(info), beat, info.ranks_summary,
+            alerts_cell(info), beat, info.ranks_summary, ", ".join(info.profile_windows) or "-",
         )
     wide_console().print(table)
 

@@ -1,4 +1,5 @@
-"""Remove old run directories under a save_dir: never a running run, never anything outside it."""
+"""Remove old run directories under a save_dir, or only their profiles (``profiles/``, the heavy part: docs/probe.md):
+never from a running run, never anything outside the save_dir."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msmon import layout
 from msmon.errors import ExitCode, MsmonError
 from msmon.ops.runs import RunInfo, find_run_dirs, read_run
 from msmon.status import RunStatus
@@ -23,6 +25,10 @@ class CleanEntry:
     size_bytes: int
     reason: str  # why it is kept, or "older than the limit"
 
+    def target(self, profiles_only: bool) -> Path:
+        """What goes: the run directory, or only its profiles."""
+        return self.info.path / layout.PROFILES if profiles_only else self.info.path
+
 
 @dataclass
 class CleanResult:
@@ -30,6 +36,7 @@ class CleanResult:
     kept: list[CleanEntry] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     dry_run: bool = False
+    profiles_only: bool = False
 
     @property
     def freed_bytes(self) -> int:
@@ -54,8 +61,10 @@ def _inside(path: Path, save_dir: Path) -> bool:
     return True
 
 
-def plan(save_dir: Path, older_than_s: float, keep_last: int = 0, now: float | None = None) -> CleanResult:
-    """Decide, without touching anything, which run directories go and which stay (and why)."""
+def plan(save_dir: Path, older_than_s: float, keep_last: int = 0, now: float | None = None,
+         profiles_only: bool = False) -> CleanResult:
+    """Decide, without touching anything, which run directories (``profiles_only``: which runs' profiles) go and
+    which stay (and why)."""
     now = time.time() if now is None else now
     entries = []
     for path in find_run_dirs(save_dir):
@@ -65,9 +74,11 @@ def plan(save_dir: Path, older_than_s: float, keep_last: int = 0, now: float | N
     for entry in sorted(entries, key=lambda e: e.age_s):
         recent.setdefault(entry.info.project, []).append(entry)
     newest = {id(e) for group in recent.values() for e in group[:keep_last]}
-    result = CleanResult()
+    result = CleanResult(profiles_only=profiles_only)
     for entry in entries:
-        if entry.info.status == RunStatus.RUNNING:
+        if profiles_only and not entry.info.profiles:
+            entry.reason = "no profiles"
+        elif entry.info.status == RunStatus.RUNNING:
             entry.reason = "running (fresh heartbeat)"
         elif not _inside(entry.info.path, save_dir):
             entry.reason = "not a directory strictly inside the save_dir"
@@ -77,7 +88,7 @@ def plan(save_dir: Path, older_than_s: float, keep_last: int = 0, now: float | N
             entry.reason = "newer than the limit"
         else:
             entry.reason = "older than the limit"
-            entry.size_bytes = tree_size(entry.info.path)
+            entry.size_bytes = tree_size(entry.target(profiles_only))
             result.removed.append(entry)
             continue
         result.kept.append(entry)
@@ -85,15 +96,17 @@ def plan(save_dir: Path, older_than_s: float, keep_last: int = 0, now: float | N
 
 
 def clean(
-    save_dir: str | os.PathLike[str], older_than_s: float, keep_last: int = 0, dry_run: bool = False
+    save_dir: str | os.PathLike[str], older_than_s: float, keep_last: int = 0, dry_run: bool = False,
+    profiles_only: bool = False,
 ) -> CleanResult:
-    """Remove run directories older than ``older_than_s`` (keeping the last ``keep_last`` per project)."""
+    """Remove run directories older than ``older_than_s`` (keeping the last ``keep_last`` per project);
+    ``profiles_only``: only their ``profiles/``, the runs stay."""
     root = Path(save_dir)
     if not root.is_dir():
         raise MsmonError(f"{root}: no such directory", "pass the save_dir of the runs (monitor_config.save_dir)")
     if keep_last < 0:
         raise MsmonError(f"--keep-last {keep_last} is negative", "pass 0 or more", ExitCode.USAGE)
-    result = plan(root, older_than_s, keep_last)
+    result = plan(root, older_than_s, keep_last, profiles_only=profiles_only)
     result.dry_run = dry_run
     if dry_run:
         return result
@@ -105,8 +118,8 @@ def clean(
             entry.reason = "running (fresh heartbeat)"
             result.kept.append(entry)
             continue
-        shutil.rmtree(path, onerror=lambda _f, p, exc: errors.append(f"{p}: {exc[1]}"))
-        if path.parent != root and path.parent.is_dir() and not any(path.parent.iterdir()):
+        shutil.rmtree(entry.target(profiles_only), onerror=lambda _f, p, exc: errors.append(f"{p}: {exc[1]}"))
+        if not profiles_only and path.parent != root and path.parent.is_dir() and not any(path.parent.iterdir()):
             path.parent.rmdir()
     result.errors = errors
     return result

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msmon import layout
 from msmon.config.mindformers_yaml import read_run_config
 from msmon.config.profiler import own_profiler
 from msmon.errors import MsmonError
@@ -18,6 +17,7 @@ from msmon.probe import (
     ProbeRequest,
     new_request,
     pending_ranks,
+    profile_dirs,
     read_marks,
     read_request,
     world_size,
@@ -93,12 +93,4 @@ def probes_of(run_dir: Path, running: bool) -> ProbeListing:
         request = None
     marks = read_marks(run_dir, request.id) if request is not None else {}
     pending = pending_ranks(request, marks, world_size(run_dir)) if request is not None and running else []
-    found = [path for path in (run_dir / layout.PROFILES).glob("*/rank_*") if path.is_dir()]
-    profiles = [str(path.relative_to(run_dir)) for path in sorted(found, key=_window_order)]
-    return ProbeListing(request, marks, pending, profiles)
-
-
-def _window_order(path: Path) -> tuple[int, str]:
-    """``profiles/<from>-<to>/rank_N`` by its first step."""
-    first = path.parent.name.split("-")[0]
-    return (int(first) if first.isdigit() else -1, path.as_posix())
+    return ProbeListing(request, marks, pending, profile_dirs(run_dir))

@@ -14,6 +14,7 @@ from msmon import layout
 from msmon.errors import MsmonError
 from msmon.ops.rank_summary import summarize
 from msmon.ops.ranks import RECORD_TAIL_BYTES, RankReport, first_heartbeat, report
+from msmon.probe import profile_dirs
 from msmon.run_record import RunRecord, read_run_record
 from msmon.status import RunStatus
 from msmon.util import procs
@@ -45,6 +46,12 @@ class RunInfo:
     rollbacks: int  # run.json's rollbacks (health.rollback)
     ranks: list[dict[str, Any]]  # per rank: last step, age, state (heartbeats/)
     ranks_summary: str
+    profiles: list[str]  # every rank's profile, profiles/<from>-<to>/rank_N (docs/probe.md)
+
+    @property
+    def profile_windows(self) -> list[str]:
+        """The profiled windows (``<from>-<to>``), in step order."""
+        return list(dict.fromkeys(Path(p).parent.name for p in self.profiles))
 
     def to_json(self) -> dict[str, Any]:
         loss = self.last_loss
@@ -56,7 +63,7 @@ class RunInfo:
             "last_loss": loss if loss is None or math.isfinite(loss) else str(loss),
             "alert_count": self.alert_count, "rollbacks": self.rollbacks, "heartbeat_age_s": self.heartbeat_age_s,
             "stale": self.stale,
-            "ranks": self.ranks, "problems": self.problems,
+            "ranks": self.ranks, "profiles": self.profiles, "problems": self.problems,
         }
 
 
@@ -180,7 +187,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         last_loss=as_number(metric.get("loss", {}).get("loss")),
         alert_count=alerts if alerts is not None else recorded.alert_count,
         rollbacks=len(recorded.rollbacks), ranks=[state.to_json(now) for state in ranks.states],
-        ranks_summary=summarize(ranks.states).cell(),
+        ranks_summary=summarize(ranks.states).cell(), profiles=profile_dirs(path),
     )
 
 

@@ -162,3 +162,15 @@ def world_size(run_dir: Path) -> int:
     record = recorded(run_dir)
     count = record.device_count if record is not None else None
     return count if count is not None and count > 0 else 1
+
+
+def profile_dirs(run_dir: Path) -> list[str]:
+    """Every rank's profile in ``profiles/`` (``profiles/<from>-<to>/rank_N``, relative), by window and rank."""
+    found = [path for path in (run_dir / layout.PROFILES).glob("*/rank_*") if path.is_dir()]
+    return [str(path.relative_to(run_dir)) for path in sorted(found, key=_window_order)]
+
+
+def _window_order(path: Path) -> tuple[int, str]:
+    """``profiles/<from>-<to>/rank_N`` by its first step."""
+    first = path.parent.name.split("-")[0]
+    return (int(first) if first.isdigit() else -1, path.as_posix())

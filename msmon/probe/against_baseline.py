@@ -27,6 +27,10 @@ class OpChange:
         return self.ms / self.baseline_ms if self.baseline_ms > 0 else float("inf")
 
     @property
+    def ratio_text(self) -> str:
+        return f"{self.ratio:.1f}x" if self.baseline_ms > 0 else "new"
+
+    @property
     def growth_ms(self) -> float:
         return self.ms - self.baseline_ms
 
@@ -52,7 +56,7 @@ class Comparison:
         if not self.slower:
             return (f"{head}; no operator type is {self.slower_ratio:g}x slower than in the baseline: the time went "
                     f"outside the operators (data, host work, other processes between them)")
-        named = ", ".join(f"{c.op_type} {_ratio(c)} ({_ms(c.baseline_ms)} -> {_ms(c.ms)} ms a step)"
+        named = ", ".join(f"{c.op_type} {c.ratio_text} ({_ms(c.baseline_ms)} -> {_ms(c.ms)} ms a step)"
                           for c in self.slower[:NAMED])
         more = f" and {len(self.slower) - NAMED} more" if len(self.slower) > NAMED else ""
         return f"{head}; slower than in the baseline: {named}{more}"
@@ -80,7 +84,3 @@ def compare(baseline: ProfileSummary, profile: ProfileSummary, slower_ratio: flo
 
 def _ms(value: float) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:.0f}"
-
-
-def _ratio(change: OpChange) -> str:
-    return f"{change.ratio:.1f}x" if change.baseline_ms > 0 else "new"

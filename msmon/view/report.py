@@ -17,6 +17,7 @@ from msmon.util.numbers import as_number, fmt_number
 from msmon.view.band import drift_partings, run_band, with_bands
 from msmon.view.heatmap import heatmap
 from msmon.view.html import fmt_time, panel, panel_metrics, render, rollback_rows, write_page
+from msmon.view.profiles import profile_views, window_marks
 from msmon.view.series import PLOT_METRICS, RunData, load_run
 
 MAX_POINTS = 4000
@@ -120,15 +121,16 @@ def build_report(run: RunData, max_points: int = MAX_POINTS) -> str:
     note = (f"{total} logged steps drawn as at most {drawn} points per plot "
             "(first, min, max and last of each bucket kept, so spikes stay visible)." if drawn < total else "")
     groups = heatmap(run)
+    profiles = profile_views(run.path)
     data = {"panels": panels, "alerts": alert_rows(run.alerts), "rollbacks": rollback_rows(run.info),
-            "heatmap": groups, "partings": drift_partings(run.alerts)}
+            "heatmap": groups, "partings": drift_partings(run.alerts), "profiles": window_marks(profiles)}
     return render(
         "report.html.j2", f"msmon report: {run.name}", data, panels, alert_markers=True, plot_note=note, run=run,
         groups=groups["groups"] if groups else [],
         status=str(run.info.get("status", "unknown")), project=run.info.get("project_name", ""),
         summary=summary_line(run),
         notes=[*run.notes, *band_notes, *(f"{m} was not recorded in this run" for m in missing)],
-        alerts=alert_table_rows(run.alerts), metadata=metadata_rows(run.info),
+        alerts=alert_table_rows(run.alerts), metadata=metadata_rows(run.info), profiles=profiles,
     )
 
 

@@ -2,6 +2,7 @@
 // Data: the JSON text of the element #msmon-data: {"panels": [...], "alerts": [...]}
 // panel = {metric, label, series: [{name, color, x: [...], y: [...], nonfinite: [[step, kind]], total}]}
 // alert = {n, step, severity, detector, message}; rollback = {step, until, label} (the report only);
+// profile = {step, until, label, metrics}: a profiled window, shaded on its metrics' panels (the report only);
 // panel.band = {x, low, high, label}: the references' band of that metric; parting = {step, metric, label} (labelled on its metric's panel)
 "use strict";
 (function () {
@@ -9,8 +10,9 @@
   const M = { left: 74, right: 18, top: 24, bottom: 26 };
   const HEIGHT = 190;
   const COLORS = { warning: "#d97706", critical: "#dc2626", nonfinite: "#b91c1c", grid: "#e5e7eb", axis: "#6b7280",
-                   rollback: "#7c3aed", band: "rgba(22,163,74,0.14)", bandText: "#15803d", parting: "#15803d" };
+                   rollback: "#7c3aed", profile: "#0e7490", band: "rgba(22,163,74,0.14)", bandText: "#15803d", parting: "#15803d" };
   const ROLLBACKS = DATA.rollbacks || [];
+  const PROFILES = DATA.profiles || [];
   const PARTINGS = DATA.partings || [];  // {step, metric, label}: where the run leaves its references' band
   const root = document.getElementById("msmon-plots");
   const more = document.getElementById("msmon-plots-more");
@@ -225,16 +227,23 @@
         g.fillText(m[1] === "nan" ? "NaN" : m[1] === "inf" ? "+Inf" : "-Inf", xx + 6, top ? yy : yy);
       }
     }
-    for (const r of ROLLBACKS) {  // the stretch trained again after a rollback, on data past the skipped batches
-      if (r.until < view[0] || r.step > view[1]) continue;
-      const x0 = X(Math.max(r.step, view[0])), x1 = X(Math.min(r.until, view[1]));
-      g.fillStyle = "rgba(124,58,237,0.10)";
+    // a stretch of steps, shaded and labelled at its start
+    function shade(from, until, fill, color, label, dy) {
+      if (until < view[0] || from > view[1]) return;
+      const x0 = X(Math.max(from, view[0])), x1 = X(Math.min(until, view[1]));
+      g.fillStyle = fill;
       g.fillRect(x0, M.top, Math.max(x1 - x0, 2), ph);
-      g.fillStyle = COLORS.rollback;
+      g.fillStyle = color;
       g.font = "10px system-ui, sans-serif";
       g.textAlign = "left";
       g.textBaseline = "top";
-      g.fillText("\u21ba " + r.label, x0 + 3, M.top + 2);
+      g.fillText(label, x0 + 3, M.top + dy);
+    }
+    for (const r of ROLLBACKS) {  // the stretch trained again after a rollback, on data past the skipped batches
+      shade(r.step, r.until, "rgba(124,58,237,0.10)", COLORS.rollback, "\u21ba " + r.label, 2);
+    }
+    for (const w of PROFILES) {  // a profiled window: its steps ran under the profiler
+      if (w.metrics.indexOf(panel.p.metric) >= 0) shade(w.step, w.until, "rgba(14,116,144,0.14)", COLORS.profile, w.label, 26);
     }
     for (const m of PARTINGS) {  // the first step outside the band
       if (m.step < view[0] || m.step > view[1]) continue;
