@@ -154,6 +154,25 @@ def test_an_alert_profiles_its_ranks_within_the_budget_and_reports_against_the_b
         "no profile: the run's 1 profile(s) are taken (health.profile.max_profiles)"
 
 
+def test_the_parents_profiles_are_compared_with_the_baseline_the_writing_rank_asked_for(tmp_path: Path) -> None:
+    """msmon run's parent (slow_rank) starts before the writing rank requests the baseline: it finds it when its
+    profile is done."""
+    parent = ProfileAction(tmp_path, settings_with(), frozenset({"slow_rank"}), baseline=False)
+    rank = ProfileAction(tmp_path, settings_with(baseline_step=20), TIMING_DETECTORS, baseline=True)
+    rank.at_record(20)
+    baseline = read_request(tmp_path)
+    assert baseline is not None
+    for rank_number in (0, 1):
+        finish(tmp_path, baseline.id, rank_number, summary(21, BASE, rank=rank_number))
+    assert parent.on_alert("slow_rank", 60, (1,)).startswith("profiling the next 5 steps of rank(s) 1")
+    request = read_request(tmp_path)
+    assert request is not None and request.ranks == (1,)
+    finish(tmp_path, request.id, 1, summary(61, {**BASE, "Add": 2.0}, rank=1))
+    assert rank.at_record(70) == []  # not its detector's
+    (report,) = parent.at_record(0)
+    assert "rank 1, steps 61-65 against the baseline (steps 21-25)" in report.message and "Add 2.0x" in report.message
+
+
 def test_no_profile_beyond_the_disk_budget_or_below_the_free_space(tmp_path: Path) -> None:
     (tmp_path / layout.PROFILES).mkdir()
     (tmp_path / layout.PROFILES / "big").write_bytes(b"x" * 2**20)

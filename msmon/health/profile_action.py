@@ -154,6 +154,9 @@ class ProfileAction:
             write_purpose(self.run_dir, replace(purpose, reported=True))
         except OSError as exc:  # a later attempt may report it again
             logger.warning("msmon: cannot mark probe %s reported: %s", purpose.request, describe(exc))
+        if self._baseline is None:  # requested by another monitor (the writing rank's) since this one started
+            self._baseline = next((p.request for p in read_purposes(self.run_dir) if p.purpose is Purpose.BASELINE),
+                                  None)
         baseline = probe.read_marks(self.run_dir, self._baseline) if self._baseline is not None else {}
         texts, ranks = [], {}
         for rank, mark in sorted(marks.items()):
