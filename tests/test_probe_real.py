@@ -73,25 +73,33 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
     assert again.code != 0 and "the run is not running (status: completed)" in again.stderr
 
 
-def test_ctrl_c_inside_a_profile_window_exits_130_with_the_profile_marked_incomplete(tmp_path: Path) -> None:
-    """A 100-step profile requested on a running quickstart, then SIGINT once a logging step inside the window
-    has passed: msmon run exits 130 with nothing left running, the window is cut short at the step the training
-    stopped, the profiler analyses what it recorded, and the request is marked incomplete with the steps measured.
-    A training of its own: the Ctrl-C case of the issue's "Must show"."""
+def test_on_the_mcore_model_a_profile_is_taken_then_ctrl_c_inside_a_second_window_exits_130(tmp_path: Path) -> None:
+    """The Qwen3 (mcore) quickstart, logging every 5 steps: `msmon probe RUN profile --steps 5` profiles exactly 5
+    steps from the step after a logging step and the training goes on; then a 100-step profile, and SIGINT once a
+    logging step inside its window has passed: msmon run exits 130 with nothing left running, the window is cut
+    short at the step the training stopped, the profiler analyses what it recorded, and the request is marked
+    incomplete with the steps measured. One training: the mcore path of the issue's "Must show" and its Ctrl-C case
+    (the legacy path's 5 steps, curve unchanged: the test above)."""
     import signal
 
     from conftest import run_msmon
-    from helpers_training import write_quickstart_config
+    from helpers_training import QUICKSTART_QWEN3, write_quickstart_config
     from launch import Launched, msmon_env, records
 
-    config = write_quickstart_config(tmp_path, log_interval=5, monitor_type=["file"])
-    run_dir = tmp_path / "monitor_logs" / "quickstart" / "test_run"
+    config = write_quickstart_config(tmp_path, log_interval=5, monitor_type=["file"], source=QUICKSTART_QWEN3)
+    run_dir = tmp_path / "monitor_logs" / "quickstart_qwen3" / "test_run"
     run = Launched.start(tmp_path, "run", str(config), "--plain", env=msmon_env(tmp_path), cwd=tmp_path)
     try:
-        run.wait_for(lambda: records(run_dir))
+        logged = run.wait_for(lambda: (rows := records(run_dir)) and rows[-1]["step"])
+        asked = run_msmon("probe", str(run_dir), "profile", "--steps", "5", cwd=tmp_path)
+        assert asked.code == 0, asked.stderr
+        five = read_request(run_dir)
+        assert five is not None
+        done = run.wait_for(lambda: read_marks(run_dir, five.id).get(0))
         asked = run_msmon("probe", str(run_dir), "profile", "--steps", "100", cwd=tmp_path)
         assert asked.code == 0, asked.stderr
-        window = run.wait_for(lambda: next((run_dir / layout.PROFILES).iterdir()).name)
+        window = run.wait_for(lambda: next((p.name for p in (run_dir / layout.PROFILES).iterdir()
+                                            if p.name != f"{done.first_step}-{done.last_step}"), None))
         first = int(window.split("-")[0])
         run.wait_for(lambda: records(run_dir)[-1]["step"] >= first + 5)
         run.proc.send_signal(signal.SIGINT)
@@ -99,8 +107,18 @@ def test_ctrl_c_inside_a_profile_window_exits_130_with_the_profile_marked_incomp
         assert run.left_behind() == []
     finally:
         run.kill()
+    assert done.state is ProbeState.DONE and done.first_step is not None and done.last_step is not None, done
+    assert done.last_step - done.first_step + 1 == 5
+    assert (done.first_step - 1) % 5 == 0 and done.first_step - 1 >= logged
+    kept = ProfileSummary.from_json(json.loads(
+        (run_dir / layout.PROFILES / f"{done.first_step}-{done.last_step}" / "rank_0" / layout.PROFILE_SUMMARY)
+        .read_text()))
+    assert kept.complete and [s.step for s in kept.steps] == list(range(done.first_step, done.last_step + 1))
+    assert kept.op_types and all((s.ops or 0) > 0 for s in kept.steps)
+    assert first > done.last_step  # the training went on after the first window
+
     request = read_request(run_dir)
-    assert request is not None
+    assert request is not None and request.id != five.id
     mark = read_marks(run_dir, request.id)[0]
     assert mark.state is ProbeState.INCOMPLETE and mark.first_step == first, mark
     assert mark.last_step is not None and first + 5 <= mark.last_step < first + 99
