@@ -147,10 +147,15 @@ def test_the_patch_table_names_what_the_installed_mindformers_has_and_applying_i
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "LOCAL_DEFAULT_PATH": str(tmp_path / "mindformers")})
-    assert ("BEFORE [('attention', 'FlashAttention'), ('embedding', 'VocabParallelEmbedding'), "
-            "('norm', 'FusedRMSNorm'), ('outer', 'Outer')]") in proc.stdout, proc.stderr[-2000:]
-    assert ("AFTER [('attention', 'MsmonCPUAttention'), ('embedding', 'MsmonCPUVocabParallelEmbedding'), "
-            "('norm', 'RMSNorm'), ('outer', 'MsmonCPUOuter')]") in proc.stdout, proc.stderr[-2000:]
+    moe = ["topk", "sort", "fmod", "cumsum", "index_select", "dispatcher", "grouped_matmul", "swiglu"]
+    assert ("BEFORE [('attention', 'FlashAttention'), ('cumsum', 'CumsumExt'), ('dispatcher', "
+            "'MoEAlltoAllTokenDispatcher'), ('embedding', 'VocabParallelEmbedding'), ('fmod', 'FmodScalar'), "
+            "('grouped_matmul', 'GroupedMatmul'), ('index_select', 'IndexSelect'), ('norm', 'FusedRMSNorm'), "
+            "('outer', 'Outer'), ('sort', 'SortExt'), ('swiglu', 'Swiglu'), ('topk', 'TopkExt')]"
+            ) in proc.stdout, proc.stderr[-2000:]
+    after = proc.stdout.split("AFTER ")[1]
+    assert all(f"('{role}', 'MsmonCPU" in after for role in ["attention", "embedding", "outer", *moe]), after
+    assert "('norm', 'RMSNorm')" in after
 
 
 def test_split_outputs_per_token_loss_keeps_the_five_tuple_and_a_network_six_tuple_is_not_a_layout() -> None:

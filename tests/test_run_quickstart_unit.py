@@ -74,7 +74,7 @@ def test_write_quickstart_config_keeps_outputs_inside(tmp_path: Path, monkeypatc
 
 # -- the quickstarts shipped inside the package, run by name -------------------------------------------------
 def test_every_shipped_quickstart_is_named_and_the_help_says_so() -> None:
-    assert loader.quickstart_names() == ["quickstart", "quickstart-qwen3"]
+    assert loader.quickstart_names() == ["quickstart", "quickstart-moe", "quickstart-qwen3"]
     assert common.QUICKSTART_NAMES == ", ".join(loader.quickstart_names())  # the help spelled out without imports
 
 
@@ -90,7 +90,8 @@ def test_a_name_is_the_shipped_file_unless_a_file_of_that_name_is_here(
     assert own.path == Path("quickstart") and own.section("seed") == 7 and not loader.is_quickstart(own.path)
     with pytest.raises(MsmonError) as missing:
         loader.load_config("quickstart-llama")
-    assert "no such file" in missing.value.message and "quickstart, quickstart-qwen3" in missing.value.hint
+    assert "no such file" in missing.value.message
+    assert "quickstart, quickstart-moe, quickstart-qwen3" in missing.value.hint
 
 
 def test_a_dry_run_of_a_quickstart_names_its_file(tmp_path: Path) -> None:

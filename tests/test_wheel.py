@@ -58,7 +58,7 @@ def test_the_wheel_is_what_the_virtualenv_imports(venv: Path) -> None:
     package = installed_package(venv)
     assert package.is_relative_to(venv.parent) and not package.is_relative_to(REPO)
     assert sorted(p.name for p in (package / "config" / "quickstarts").iterdir()) == [
-        "quickstart-qwen3.yaml", "quickstart.yaml"]
+        "quickstart-moe.yaml", "quickstart-qwen3.yaml", "quickstart.yaml"]
 
 
 @pytest.mark.training

@@ -20,7 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Said by every CONFIG argument that takes a shipped quickstart's name (msmon.config.loader.quickstart_names;
 #: spelled out so that `msmon --help` imports no config code, and checked by a test).
-QUICKSTART_NAMES = "quickstart, quickstart-qwen3"
+QUICKSTART_NAMES = "quickstart, quickstart-moe, quickstart-qwen3"
 CONFIG_HELP = f"mindformers training YAML with a monitor_config section, or a quickstart by name: {QUICKSTART_NAMES}."
 
 

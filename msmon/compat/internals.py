@@ -35,6 +35,7 @@ TRAIN_STEP_OUTPUTS: dict[int, tuple[str, ...]] = {
 LOCAL_NORM_OPTION = "local_norm"
 
 _MCORE = "mindformers.parallel_core.training_graph."
+_MOE = _MCORE + "transformer.moe."
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class Patch:
 
 #: mindformers version -> the module attributes the CPU support for the mcore models replaces
 #: (msmon/runner/mcore_cpu.py): what the Qwen3 training spec, the final block norm, the rotary
-#: frequencies and the word embedding are built from when the network is constructed.
+#: frequencies and the word embedding are built from when the network is constructed, and the ops of the MoE layer
+#: without a CPU kernel (top-k, sort, fmod, cumsum, index select, the dispatcher's host copy, grouped matmul, SwiGLU).
 MCORE_CPU_PATCHES: dict[str, dict[str, Patch]] = {
     "1.9.0": {
         "attention": Patch(_MCORE + "base_models.gpt.gpt_layer_specs", "FlashAttention", "FlashAttention"),
@@ -59,6 +61,15 @@ MCORE_CPU_PATCHES: dict[str, dict[str, Patch]] = {
             "VocabParallelEmbedding",
             "VocabParallelEmbedding",
         ),
+        # the mixture-of-experts layer (msmon/runner/moe_cpu.py): router, token dispatcher, grouped experts
+        "topk": Patch(_MOE + "router", "TopkExt", "TopkExt"),
+        "sort": Patch(_MOE + "token_dispatcher", "SortExt", "SortExt"),
+        "fmod": Patch(_MOE + "token_dispatcher", "FmodScalar", "FmodScalar"),
+        "cumsum": Patch(_MOE + "token_dispatcher", "CumsumExt", "CumsumExt"),
+        "index_select": Patch(_MOE + "token_dispatcher", "IndexSelect", "IndexSelect"),
+        "dispatcher": Patch(_MOE + "ffn", "MoEAlltoAllTokenDispatcher", "MoEAlltoAllTokenDispatcher"),
+        "grouped_matmul": Patch(_MOE + "ffn", "GroupedMatmul", "GroupedMatmul"),
+        "swiglu": Patch(_MOE + "ffn", "Swiglu", "Swiglu"),
     },
 }
 

@@ -115,7 +115,7 @@ def _line_map(root: yaml.Node | None) -> dict[str, int]:
 
 
 def quickstart_names() -> list[str]:
-    """The names of the shipped quickstarts (``quickstart``, ``quickstart-qwen3``)."""
+    """The names of the shipped quickstarts (``quickstart``, ``quickstart-moe``, ``quickstart-qwen3``)."""
     return sorted(p.stem for p in QUICKSTARTS_DIR.glob("*.yaml"))
 
 

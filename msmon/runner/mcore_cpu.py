@@ -25,6 +25,7 @@ from typing import Any
 
 from msmon.compat import MCORE_CPU_PATCHES, MCORE_CPU_UNSUPPORTED, known, use_legacy
 from msmon.errors import ExitCode, MsmonError
+from msmon.runner.moe_cpu import moe_standins
 
 WHAT = "msmon's CPU support for the mcore models"
 
@@ -147,6 +148,7 @@ def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
             return self.reshape(output, (batch, -1, weight.shape[1]))
 
     _STANDINS.update(
+        moe_standins(modules),
         attention=MsmonCPUAttention,
         norm=modules["norm"].RMSNorm,
         outer=MsmonCPUOuter,
