@@ -193,3 +193,31 @@ def test_the_observer_records_the_parts_published_in_the_same_step(tmp_path: Pat
 def test_loss_parts_are_not_recorded_for_an_unknown_mindformers_version(caplog: pytest.LogCaptureFixture) -> None:
     assert install_loss_parts("0.1.0") is False
     assert "loss_lm/loss_aux/loss_mtp are not recorded" in caplog.text
+
+
+def test_a_routing_summary_names_the_busiest_expert_the_spread_and_the_idle_ones() -> None:
+    from msmon.engine.routing import routing_summary
+
+    record = routing_summary(3, [30.0, 10.0, 0.0, 0.0])
+    assert {k: v for k, v in record.items() if "expert_" in k} == {
+        "moe/layer_3/expert_0": 30.0, "moe/layer_3/expert_1": 10.0, "moe/layer_3/expert_2": 0.0,
+        "moe/layer_3/expert_3": 0.0}
+    assert record["moe/layer_3/max_load"] == 3.0  # 30 tokens against a mean of 10
+    assert record["moe/layer_3/cv"] == pytest.approx(math.sqrt((400 + 0 + 100 + 100) / 4) / 10)
+    assert record["moe/layer_3/idle_experts"] == 2.0
+    even = routing_summary(0, [5.0, 5.0])
+    assert (even["moe/layer_0/max_load"], even["moe/layer_0/cv"], even["moe/layer_0/idle_experts"]) == (1.0, 0.0, 0.0)
+
+
+def test_the_routing_records_are_tracked_only_where_a_router_keeps_its_token_shares() -> None:
+    from msmon.config.metrics import METRICS
+
+    exposure = METRICS["moe_routing"].exposure
+    moe = {"model": {"model_config": {"num_experts": 4, "moe_router_load_balancing_type": "gbs_aux_loss"}}}
+    assert exposure(moe).exposed
+    dense = exposure({"model": {"model_config": {"hidden_size": 64}}})
+    assert not dense.exposed and "has no experts" in dense.fix
+    other = exposure({"model": {"model_config": {"num_experts": 4, "moe_router_load_balancing_type": "seq_aux_loss"}}})
+    assert not other.exposed and "'seq_aux_loss' keeps no per-expert token counts" in other.fix
+    default = exposure({"model": {"model_config": {"n_routed_experts": 8}}})  # mindformers' default: sub_seq_aux_loss
+    assert not default.exposed and "sub_seq_aux_loss" in default.fix

@@ -1,7 +1,8 @@
 """`msmon run quickstart-moe`: mindformers' own Qwen3-MoE pretrain config, shrunk, trained by the real Trainer on CPU.
 
 One run of the shipped file by name (200 steps, log interval 10): exit 0, the loss falls, and msmon's loss, lm
-loss, auxiliary load-balancing loss, grad norm and learning rate are the values MFLossMonitor printed.
+loss, auxiliary load-balancing loss, grad norm and learning rate are the values MFLossMonitor printed; the routing
+records are the tokens the routers counted, read apart by a test callback at every step.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ from pathlib import Path
 
 import pytest
 from conftest import run_msmon
+from engine_support import summary_scalars
 from helpers_training import mindformers_step_lines
 from launch import records
 
 
 @pytest.fixture(scope="module")
 def moe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run directory of `msmon run quickstart-moe --plain` (exit 0 asserted)."""
+    """The run directory of `msmon run quickstart-moe --plain` (exit 0 asserted), its MFLossMonitor replaced by
+    tests/moe_callbacks.DumpRouting, which writes the routers' shares of every step to ``routing.jsonl`` beside it."""
     cwd = tmp_path_factory.mktemp("quickstart_moe")
-    result = run_msmon("run", "quickstart-moe", "monitor_config.run_name=moe", "--plain", cwd=cwd, timeout=900)
+    result = run_msmon("run", "quickstart-moe", "monitor_config.run_name=moe",
+                       "callbacks[0].auto_register=moe_callbacks.DumpRouting", "--plain", cwd=cwd, timeout=900,
+                       env={"MSMON_TEST_ROUTING_DUMP": str(cwd / "routing.jsonl")})
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return cwd / "monitor_logs" / "quickstart_moe" / "moe"
 
@@ -45,3 +50,34 @@ def test_msmon_records_the_losses_mindformers_printed_the_auxiliary_loss_apart(m
         for name in ("grad_norm", "learning_rate"):
             assert row[name] == pytest.approx(step[name], rel=2e-6, abs=2e-9), (row["step"], name)
         assert 0 < row["loss"] - row["loss_lm"] < 0.01  # the aux loss (coefficient 0.001, 2 layers) is in the loss
+
+
+@pytest.mark.training
+def test_the_routing_records_are_the_tokens_the_routers_counted_over_each_logging_window(moe_run: Path) -> None:
+    """Tokens per expert = the routers' shares (read before mindformers zeroes them) * top-k 2 * 128 tokens a step,
+    summed over the 10 steps since the previous logging step; every routed slot is counted once."""
+    dumped = records(moe_run.parents[2], "routing.jsonl")
+    assert [d["step"] for d in dumped] == list(range(1, 201))
+    rows = records(moe_run)
+    for row in rows:
+        window = [d for d in dumped if row["step"] - 10 < d["step"] <= row["step"]]
+        for layer in ("0", "1"):
+            expected = [sum(d["layers"][layer][e] for d in window) * 2 * 128 for e in range(4)]
+            got = [row[f"moe/layer_{layer}/expert_{e}"] for e in range(4)]
+            assert got == pytest.approx(expected, abs=1e-2), (row["step"], layer)
+            assert sum(got) == pytest.approx(10 * 2 * 128)
+            mean = sum(got) / 4
+            assert row[f"moe/layer_{layer}/max_load"] == pytest.approx(max(got) / mean)
+            spread = (sum((g - mean) ** 2 for g in got) / 4) ** 0.5
+            assert row[f"moe/layer_{layer}/cv"] == pytest.approx(spread / mean)
+            assert row[f"moe/layer_{layer}/idle_experts"] == sum(1 for g in got if g == 0)
+
+
+@pytest.mark.training
+def test_the_routing_records_reach_the_board_as_scalars(moe_run: Path) -> None:
+    scalars = summary_scalars(moe_run)
+    for row in records(moe_run):
+        routing = {key: value for key, value in row.items() if key.startswith("moe/")}
+        assert len(routing) == 2 * (4 + 3)
+        for key, value in routing.items():
+            assert scalars[row["step"]][key] == pytest.approx(value, rel=1e-6), (row["step"], key)

@@ -66,6 +66,7 @@ from msmon.compat.internals import (
     MONITOR_FORMAT_KEYS,
     MONITOR_FORMATS,
     MONITORING_KEYS_ELSEWHERE,
+    ROUTING_SHARES,
     TRAIN_STEP_OUTPUTS,
     LossFix,
     LossParts,
@@ -146,4 +147,5 @@ __all__ = [
     "LossFix",
     "LOSS_FIX",
     "CPU_BARRIER_PATCHES",
+    "ROUTING_SHARES",
 ]

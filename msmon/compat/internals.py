@@ -128,6 +128,12 @@ LOSS_OUTPUT_READER: dict[str, Patch] = {
     for version in ("1.8.0", "1.9.0")
 }
 
+#: mindformers version -> where ``MFLossMonitor`` zeroes the MoE routers' per-expert token shares (``fi_accu`` of
+#: ``gbs_aux_loss``) at every step end, for an mcore model (msmon/engine/routing.py reads them first).
+ROUTING_SHARES: dict[str, Patch] = {
+    "1.9.0": Patch("mindformers.core.callback.callback", "MFLossMonitor._reset_accu_gbs_fi", "_reset_accu_gbs_fi"),
+}
+
 #: parameter_register name -> the record key msmon writes it under.
 LOSS_PART_KEYS: dict[str, str] = {
     "lm_loss": "loss_lm",

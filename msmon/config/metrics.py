@@ -79,6 +79,25 @@ def _local_norm(cfg: Mapping[str, Any]) -> Exposure:
     return Exposure(False, "set runner_wrapper.local_norm: True")
 
 
+def _moe_routing(cfg: Mapping[str, Any]) -> Exposure:
+    """The routers keep per-expert token shares only for ``gbs_aux_loss`` (msmon.engine.routing)."""
+    model = cfg.get("model")
+    model_config = model.get("model_config") if isinstance(model, Mapping) else None
+    model_config = model_config if isinstance(model_config, Mapping) else {}
+    if not any(model_config.get(key) for key in MOE_EXPERT_KEYS):
+        return Exposure(False, "a mixture-of-experts model (model.model_config.num_experts) routes tokens; this "
+                        "one has no experts")
+    balancing = model_config.get("moe_router_load_balancing_type", "sub_seq_aux_loss")
+    if balancing != "gbs_aux_loss":
+        return Exposure(False, f"moe_router_load_balancing_type {balancing!r} keeps no per-expert token counts; "
+                        "gbs_aux_loss does (msmon reads them, no extra pass)")
+    return Exposure(True)
+
+
+#: ``model_config`` keys mindformers reads as the number of routed experts (transformer_config_utils).
+MOE_EXPERT_KEYS = ("num_experts", "num_moe_experts", "n_routed_experts", "expert_num")
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One trackable metric."""
@@ -116,8 +135,18 @@ METRICS: dict[str, MetricSpec] = {
             _layer_grad_norm,
             "MS304",
         ),
+        MetricSpec(
+            "moe_routing",
+            "tokens routed to each expert of each MoE layer since the previous logging step, as moe/layer_<i>/"
+            "expert_<e>, with moe/layer_<i>/max_load, cv and idle_experts (gbs_aux_loss routers)",
+            (),
+            _moe_routing,
+        ),
     )
 }
+
+#: Record keys of the MoE routing records: ``moe/layer_0/expert_3``, ``moe/layer_0/cv``, ...
+MOE_PREFIX = "moe/"
 
 #: Record keys of the per-group gradient norms: ``grad_norm/layers.0``, ``grad_norm/embedding``, ...
 GROUP_NORM_PREFIX = "grad_norm/"

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from msmon.anomaly import StopRequest
 from msmon.config.schema import MonitorSettings
+from msmon.engine import routing
 from msmon.engine.absent import warn_absent
 from msmon.engine.flight import VALUES as FLIGHT_VALUES
 from msmon.engine.flight import FlightRecorder
@@ -39,7 +40,13 @@ from msmon.engine.step_outputs import (
     step_values,
     take_loss_parts,
 )
-from msmon.engine.train_facts import find_optimizer, optimizer_learning_rate, seq_length_of, steps_before
+from msmon.engine.train_facts import (
+    batch_shape,
+    find_optimizer,
+    optimizer_learning_rate,
+    seq_length_of,
+    steps_before,
+)
 from msmon.util import internal_errors
 
 logger = logging.getLogger("msmon")
@@ -204,6 +211,8 @@ class StepObserver:
         record.update((key, value) for key, value in values.items() if key in wanted or key not in SCALARS)
         if "loss" in wanted:  # an mcore model's lm / aux / MTP losses, when mindformers reports them
             record.update({key: self._loss(value) for key, value in take_loss_parts().items()})
+        if "moe_routing" in wanted:  # tokens per expert per MoE layer since the previous logging step
+            record.update(routing.take((batch_shape(cb_params, None) or (0, None))[1] or 0))
         if "local_norm" in wanted and parts.get("local_norm") is not None:
             record["local_norm"] = to_max(parts["local_norm"])
         held = [self._read_held(h, groups) for h in self._held.drain()] if self._held is not None else []

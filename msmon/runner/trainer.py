@@ -51,16 +51,18 @@ def import_framework(log_dir: Path) -> None:
 
 
 def prepare_mcore(training_config: Mapping[str, Any]) -> None:
-    """For an mcore model (``use_legacy`` false): record its separate losses, and on CPU put msmon's
+    """For an mcore model (``use_legacy`` false): record its separate losses and MoE routing, and on CPU put msmon's
     stand-ins for the graph pieces without a CPU kernel in place (before the network is built)."""
     if use_legacy(training_config):
         return
     import mindformers
 
+    from msmon.engine import routing
     from msmon.engine.step_outputs import install_loss_parts
     from msmon.runner.mcore_cpu import apply_if_needed
 
     install_loss_parts(mindformers.__version__)
+    routing.install(mindformers.__version__)
     apply_if_needed(training_config)
 
 
