@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from engine_support import settings
-from helpers_training import QUICKSTART_QWEN3, shipped_mindformers_yaml
+from helpers_training import QUICKSTART_QWEN3, QUICKSTARTS_DIR, shipped_mindformers_yaml
 from test_engine_unit import Params, Stop
 
 from msmon import compat
@@ -221,3 +221,47 @@ def test_the_routing_records_are_tracked_only_where_a_router_keeps_its_token_sha
     assert not other.exposed and "'seq_aux_loss' keeps no per-expert token counts" in other.fix
     default = exposure({"model": {"model_config": {"n_routed_experts": 8}}})  # mindformers' default: sub_seq_aux_loss
     assert not default.exposed and "sub_seq_aux_loss" in default.fix
+
+
+@pytest.mark.parametrize(("override", "path", "says"), [
+    ("model.model_config.moe_grouped_gemm=False", "model.model_config.moe_grouped_gemm",
+     "builds experts only as grouped GEMM"),
+    ("model.model_config.moe_router_load_balancing_type=aux_loss", "model.model_config.moe_router_load_balancing_type",
+     "'aux_loss' is not one the router accepts: sub_seq_aux_loss, seq_aux_loss, gbs_aux_loss"),
+    ("model.model_config.routed_scaling_factor=null", "model.model_config.routed_scaling_factor",
+     "Failed calling Mul with \"input=None\""),
+    ("model.model_config.num_experts_per_tok=5", "model.model_config.num_experts_per_tok",
+     "top-k routing chooses 5 of 4 experts"),
+    ("model.model_config.num_experts_per_tok=0", "model.model_config.num_experts_per_tok",
+     "top-k routing chooses 0 of 4 experts"),
+])
+def test_validate_names_each_moe_key_mindformers_training_graph_refuses(override: str, path: str, says: str) -> None:
+    found = [f for f in _validate(QUICKSTARTS_DIR / "quickstart-moe.yaml", override).findings if f.code == "MS028"]
+    assert [(f.path, f.is_error) for f in found] == [(path, True)], found
+    assert says in found[0].message
+
+
+def test_validate_checks_expert_parallelism_against_the_experts_and_the_semi_auto_layout() -> None:
+    moe = QUICKSTARTS_DIR / "quickstart-moe.yaml"
+    assert not [f for f in _validate(moe).findings if f.code in ("MS028", "MS029")]
+    [uneven] = [f for f in _validate(moe, "parallel_config.expert_parallel=3").findings if f.code == "MS029"]
+    assert "expert_parallel 3 does not divide the 4 experts" in uneven.message
+    layout = _validate(moe, "parallel_config.expert_parallel=4", "parallel.parallel_mode=1",
+                       "parallel_config.data_parallel=2")
+    [wide] = [f for f in layout.findings if f.code == "MS029"]
+    assert "does not divide data_parallel x model_parallel = 2 x 1" in wide.message
+
+
+def test_the_dense_quickstart_made_moe_by_hand_gets_the_two_errors_that_would_stop_it(tmp_path: Path) -> None:
+    """The issue's first attempt: the Qwen3 quickstart with a Qwen3-MoE model type and 4 experts, top-2."""
+    found = _validate(QUICKSTART_QWEN3, "model.model_config.model_type=qwen3_moe",
+                      "model.model_config.architectures=[Qwen3MoeForCausalLM]", "model.model_config.num_experts=4",
+                      "model.model_config.num_experts_per_tok=2").findings
+    assert sorted(f.path for f in found if f.code == "MS028") == [
+        "model.model_config.moe_grouped_gemm", "model.model_config.routed_scaling_factor"]
+
+
+def test_mindformers_own_moe_pretrain_config_passes_the_moe_checks(tmp_path: Path) -> None:
+    shipped = tmp_path / "pretrain_qwen3_30b_a3b_4k.yaml"
+    shipped.write_text(shipped_mindformers_yaml(shipped.name).read_text(encoding="utf-8"), encoding="utf-8")
+    assert not [f for f in _validate(shipped).findings if f.code in ("MS028", "MS029")]

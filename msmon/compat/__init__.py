@@ -62,6 +62,7 @@ from msmon.compat.internals import (
     MCORE_CPU_PATCHES,
     MCORE_CPU_RANKS,
     MCORE_CPU_UNSUPPORTED,
+    MOE_RULES,
     MONITOR_CONFIG_KEYS,
     MONITOR_FORMAT_KEYS,
     MONITOR_FORMATS,
@@ -70,6 +71,7 @@ from msmon.compat.internals import (
     TRAIN_STEP_OUTPUTS,
     LossFix,
     LossParts,
+    MoeRules,
     Patch,
     PipelineLayout,
     global_norm_spike_threshold,
@@ -148,4 +150,6 @@ __all__ = [
     "LOSS_FIX",
     "CPU_BARRIER_PATCHES",
     "ROUTING_SHARES",
+    "MOE_RULES",
+    "MoeRules",
 ]

@@ -134,6 +134,29 @@ ROUTING_SHARES: dict[str, Patch] = {
     "1.9.0": Patch("mindformers.core.callback.callback", "MFLossMonitor._reset_accu_gbs_fi", "_reset_accu_gbs_fi"),
 }
 
+@dataclass(frozen=True)
+class MoeRules:
+    """What the mcore training graph of a mindformers release refuses in a MoE model config, and where."""
+
+    balancing_types: tuple[str, ...]  # TopKRouter.SUPPORTED_LOAD_BALANCING_TYPES
+    default_balancing: str  # TransformerConfig's default
+    default_top_k: int
+    grouped: str  # the source line of each refusal
+    balancing: str
+    scaling: str
+
+
+_MOE_SRC = "mindformers/parallel_core/training_graph/"
+#: mindformers version -> its MoE rules (msmon/validate/moe.py), read from the 1.9.0 sources and each reproduced on
+#: the MoE quickstart.
+MOE_RULES: dict[str, MoeRules] = {
+    "1.9.0": MoeRules(
+        ("sub_seq_aux_loss", "seq_aux_loss", "gbs_aux_loss"), "sub_seq_aux_loss", 2,
+        _MOE_SRC + "base_models/gpt/moe_module_specs.py:38", _MOE_SRC + "transformer/moe/router.py:139,201",
+        _MOE_SRC + "transformer/moe/router.py:295",
+    ),
+}
+
 #: parameter_register name -> the record key msmon writes it under.
 LOSS_PART_KEYS: dict[str, str] = {
     "lm_loss": "loss_lm",

@@ -44,6 +44,11 @@ CODES: dict[str, str] = {
     "MS027": "warning: a checkpoint: section (mindformers 1.9) on a release that reads none (1.8): msmon hands it "
     "none and the CheckpointMonitor's keys apply, which save differently (every, how many, prefix, where) or do not "
     "save at all",
+    "MS028": "an mcore MoE model config mindformers' training graph refuses when it builds the network: "
+    "moe_grouped_gemm not True, a load-balancing type its router lacks, top-k outside 1..experts, no "
+    "routed_scaling_factor (each with the mindformers source line)",
+    "MS029": "expert_parallel against the layout: it does not divide the number of experts, or (semi-auto) "
+    "data_parallel x model_parallel",
     "MS101": "run_name has path separators, '..', characters other than letters, digits, '-', '_', '.', or more "
     "than 255 of them",
     "MS102": "project_name breaks the same rules",

@@ -32,6 +32,7 @@ from msmon.validate.learning_rate import check_learning_rate
 from msmon.validate.metrics import check_metrics
 from msmon.validate.mf_equivalents import check_duplicates
 from msmon.validate.mf_monitoring import check_mindformers_monitoring
+from msmon.validate.moe import check_moe
 from msmon.validate.names import check_names, model_name, needs_generated_name
 from msmon.validate.reference import check_reference
 from msmon.validate.registry import check_registry
@@ -44,6 +45,7 @@ CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
     check_registry, check_job_keys, check_job_types, check_job_numbers, check_health, check_rollback,
     check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates, check_launch, check_reference,
+    check_moe,
 )
 MAX_UNRESOLVED = 100
 MSMON_KEYS = frozenset(MonitorSettings.__dataclass_fields__)
