@@ -265,3 +265,28 @@ def test_mindformers_own_moe_pretrain_config_passes_the_moe_checks(tmp_path: Pat
     shipped = tmp_path / "pretrain_qwen3_30b_a3b_4k.yaml"
     shipped.write_text(shipped_mindformers_yaml(shipped.name).read_text(encoding="utf-8"), encoding="utf-8")
     assert not [f for f in _validate(shipped).findings if f.code in ("MS028", "MS029")]
+
+
+def test_the_routing_window_sums_each_layers_shares_until_taken_and_skips_dense_layers() -> None:
+    from types import SimpleNamespace as Obj
+
+    import numpy as np
+
+    from msmon.engine import routing
+
+    def layer(shares: list[float] | None) -> Any:
+        if shares is None:  # a dense block: an MLP without a router
+            return Obj(mlp=Obj())
+        return Obj(mlp=Obj(router=Obj(fi_accu=Obj(asnumpy=lambda: np.array(shares, np.float32)))))
+
+    model = Obj(decoder=Obj(layers=[layer([0.5, 0.25, 0.25, 0.0]), layer(None), layer([0.25] * 4)]))
+    routing.enable(True)
+    routing.add_shares(model, 2)
+    routing.add_shares(model, 2)
+    record = routing.take(8)  # 2 steps of 8 tokens, top-2: 32 routed slots a layer
+    assert [record[f"moe/layer_0/expert_{e}"] for e in range(4)] == [16.0, 8.0, 8.0, 0.0]
+    assert [record[f"moe/layer_2/expert_{e}"] for e in range(4)] == [8.0] * 4
+    assert not any(key.startswith("moe/layer_1/") for key in record)
+    assert record["moe/layer_0/idle_experts"] == 1.0 and record["moe/layer_2/cv"] == 0.0
+    assert routing.take(8) == {}  # the window was emptied
+    routing.enable(False)

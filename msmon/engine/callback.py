@@ -111,6 +111,7 @@ class StepObserver:
         self._flight = flight if put is not None and flight is not None and flight.steps > 0 else None
         writes, flight_on = put is not None, self._flight is not None
         self.plan = plan = ReadPlan.of(settings, writes=writes, reduced=reduced, flight=flight_on)
+        routing.enable("moe_routing" in plan.metrics)  # the routers' shares are read only when tracked
         self._progress = progress
         self._probes = probes
         self._put = put

@@ -5,9 +5,9 @@ With ``moe_router_load_balancing_type: gbs_aux_loss`` (the shipped Qwen3-MoE con
 forward, each expert's share of the step's ``k * N`` routed token slots (``f_i``) into its parameter ``fi_accu``;
 ``MFLossMonitor`` zeroes it at every step end through one method (``_reset_accu_gbs_fi``), before msmon's callback
 runs. ``install`` wraps that method: it adds the shares first, per layer, into a window that ``take`` returns at a
-logging step (and empties). Tokens per expert = share * k * N summed over the window's forwards, N being the
-tokens of one forward on this rank (the batch tensor's size). The other balancing types keep no shares: nothing is
-recorded for them.
+logging step (and empties); only while ``moe_routing`` is tracked (``enable``), else nothing is read. Tokens per
+expert = share * k * N summed over the window's forwards, N being the tokens of one forward on this rank (the batch
+tensor's size). The other balancing types keep no shares: nothing is recorded for them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ from msmon.engine.wrap import entry_for, wrap_once
 
 _window: dict[int, Any] = {}  # layer index -> summed shares (numpy float64) since the last take
 _top_k: list[int] = []
+_enabled: list[bool] = [False]
+
+
+def enable(tracked: bool) -> None:
+    """Read the shares at every step end from now on (``moe_routing`` tracked), or not at all."""
+    _enabled[0] = tracked
+    _window.clear()
 
 
 def install(version: str) -> bool:
@@ -32,6 +39,8 @@ def install(version: str) -> bool:
 
     def tap(original: Callable[..., Any]) -> Callable[..., Any]:
         def reset_shares(monitor: Any, cb_params: Any) -> Any:
+            if not _enabled[0]:
+                return original(monitor, cb_params)
             network = get_real_models(cb_params.train_network)
             config = network.get_gpt_transformer_config()
             if config.moe_router_load_balancing_type == "gbs_aux_loss":
