@@ -16,7 +16,8 @@ from msmon.health.alert import Alert
 from msmon.health.detectors import build_detectors
 from msmon.health.detectors.slow_step import SlowStepDetector
 from msmon.health.monitor import HealthMonitor
-from msmon.health.profile_action import TIMING_DETECTORS, ProfileAction, profile_action_on
+from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
+from msmon.health.profile_action import ProfileAction, profile_action_on
 from msmon.probe import ProbeKind, ProbeMark, ProbeState, read_request, write_mark
 from msmon.probe.against_baseline import compare
 from msmon.probe.purpose import Purpose, read_purposes
@@ -114,17 +115,17 @@ def finish(run_dir: Path, request_id: str, rank: int, made: ProfileSummary) -> N
 
 def test_the_baseline_is_requested_once_at_its_step_and_its_steps_are_the_probes(tmp_path: Path) -> None:
     action = ProfileAction(tmp_path, settings_with(baseline_step=20, steps=5), TIMING_DETECTORS, baseline=True)
-    assert action.at_record(10) == [] and read_request(tmp_path) is None and not action.probed(10)
+    assert action.at_record(10) == [] and read_request(tmp_path) is None and not action.steps.probed(10)
     action.at_record(20)
     request = read_request(tmp_path)
     assert request is not None and request.ranks is None and request.steps == 5
     assert [(p.request, p.purpose) for p in read_purposes(tmp_path)] == [(request.id, Purpose.BASELINE)]
-    assert action.probed(21) and action.probed(500)  # not marked yet: any step may be the window's
+    assert action.steps.probed(21) and action.steps.probed(500)  # not marked yet: any step may be the window's
     action.at_record(30)
     assert read_request(tmp_path) == request  # once
     finish(tmp_path, request.id, 0, summary(21, BASE))
-    assert action.probed(25) and action.probed(26)  # the window, and the step that carries the analysis
-    assert not action.probed(20) and not action.probed(27)
+    assert action.steps.probed(25) and action.steps.probed(26)  # the window, and the step that carries the analysis
+    assert not action.steps.probed(20) and not action.steps.probed(27)
     again = ProfileAction(tmp_path, settings_with(baseline_step=20), TIMING_DETECTORS, baseline=True)
     again.at_record(100)  # a resumed run keeps its baseline
     assert read_request(tmp_path) == request
@@ -268,3 +269,22 @@ def test_the_report_marks_the_profiled_windows_and_tables_the_operators_against_
     assert run_msmon("report", str(run_dir), "--out", str(report)).code == 0
     _, dom = chromium_open(report, tmp_path)
     assert 'data-msmon-ready="' in dom
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_replay_leaves_the_profiled_steps_unjudged_as_the_live_run_did(tmp_path: Path, marked: bool) -> None:
+    """A recorded run whose steps 6-8 were profiled (slow, and 9 carried the analysis): replay raises no drop
+    there, as the live monitor did not; without the mark the same records are a drop."""
+    import json
+
+    from msmon.health.replay import replay
+
+    built, _ = build(HealthSettings, {"throughput_drop": {"warmup": 3, "patience": 2, "min_steps": 2}}, "health")
+    speeds = dict.fromkeys(range(1, 20), 100.0) | dict.fromkeys(range(6, 10), 30.0)
+    (tmp_path / layout.METRICS).write_text("".join(json.dumps({"step": step, "time": float(step), "throughput": v})
+                                                   + "\n" for step, v in speeds.items()))
+    if marked:
+        write_mark(tmp_path, ProbeMark("r1", ProbeKind.PROFILE, 0, ProbeState.DONE, 6, 8, "profiles/6-8/rank_0"))
+    assert ProbedSteps(tmp_path, live=False).probed(9) is marked
+    found = [a.step for a in replay(tmp_path, settings=built).alerts if a.detector == "throughput_drop"]
+    assert found == ([] if marked else [8])

@@ -13,7 +13,8 @@ from typing import Any
 from msmon import layout
 from msmon.compat.parallel import global_batch_size
 from msmon.health.monitor import HealthMonitor, Sink
-from msmon.health.profile_action import TIMING_DETECTORS, ProfileAction, profile_action_on
+from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
+from msmon.health.profile_action import ProfileAction, profile_action_on
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
 from msmon.listener import Listener
 from msmon.reference.band import reference_band
@@ -95,7 +96,7 @@ def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str
                             request_stop=getattr(session, "request_stop", None),
                             context=recorder.dump if recorder is not None else None, stall=stall,
                             reference=reference_band(reference.runs, reference.tags, health.reference_drift, batch),
-                            profiles=profiles)
+                            profiles=profiles, probed=ProbedSteps(Path(run_dir), live=True))
     attempt = getattr(session, "attempt", None)  # a resumed attempt: the detectors start warm
     if attempt is not None and attempt.resumed_from_step:  # a resumed run: the detectors start warm
         from msmon.health.replay import history

@@ -16,7 +16,8 @@ from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.groups import GroupNorms
-from msmon.health.profile_action import TIMING_DETECTORS, ProfileAction
+from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
+from msmon.health.profile_action import ProfileAction
 from msmon.reference.band import ReferenceBand
 from msmon.util import internal_errors
 
@@ -56,6 +57,7 @@ class HealthMonitor:
         stall: bool = True,
         reference: ReferenceBand | None = None,
         profiles: ProfileAction | None = None,
+        probed: ProbedSteps | None = None,
     ) -> None:
         self.settings = settings
         detectors = build_detectors(settings, config, reference)
@@ -67,6 +69,8 @@ class HealthMonitor:
         self.context = context
         self.groups = GroupNorms()
         self.profiles = profiles  # action profile: the requests, the baseline, the comparisons (docs/probe.md)
+        # the probes' steps, which the detectors of step times do not judge
+        self.probed = profiles.steps if profiles is not None else probed
         self.alerts: list[Alert] = []
         self.suppressed = 0
         self.stop: StopRequest | None = None  # the first stop a detector's action asked for
@@ -100,7 +104,7 @@ class HealthMonitor:
         step = record.get("step")
         with self._lock:
             self.groups.observe(record)
-            probed = self.profiles is not None and isinstance(step, int) and self.profiles.probed(step)
+            probed = self.probed is not None and isinstance(step, int) and self.probed.probed(step)
             for det in list(self.detectors):
                 if probed and det.name in TIMING_DETECTORS:
                     continue  # a profiled step's time is the profiler's

@@ -11,7 +11,6 @@ the budget and the baseline hold over restarts and resumes.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,17 +19,13 @@ from typing import Any
 from msmon import layout, probe
 from msmon.config.health import PROFILE_DETECTORS, HealthSettings
 from msmon.errors import describe
+from msmon.health.probed_steps import ProbedSteps
 from msmon.probe.against_baseline import compare
 from msmon.probe.purpose import ProbePurpose, Purpose, read_purposes, write_purpose
 from msmon.probe.summary import read_summary
 from msmon.util.files import tree_size
 
 logger = logging.getLogger("msmon")
-
-#: Detectors that judge step times: a profiled step's time (and the next step's, which carries the profiler's
-#: analysis) is the probe's, not the run's.
-TIMING_DETECTORS = frozenset({"throughput_drop", "slow_step"})
-
 
 @dataclass(frozen=True)
 class ProfileReport:
@@ -63,45 +58,15 @@ class ProfileAction:
         self._takes_baseline = baseline
         self._unreported = [p for p in purposes if p.purpose is Purpose.ANOMALY and not p.reported
                             and p.detector in detectors]
-        self._request: probe.ProbeRequest | None = None  # the current request while some rank has not marked it
-        self._seen: tuple[int, int, int] | None = None
-        self._windows: list[tuple[int, int]] = []  # steps probed (from the marks)
-
-    # -- the steps a probe measured -----------------------------------------------------------------
-    def probed(self, step: int) -> bool:
-        """Whether ``step``'s time belongs to a probe: inside a window or right after one, or any step while a
-        request is not marked by all its ranks yet (one ``os.stat`` when nothing changed)."""
-        self._look()
-        return self._request is not None or any(first <= step <= last + 1 for first, last in self._windows)
-
-    def _look(self) -> None:
-        try:
-            stat = os.stat(self.run_dir / layout.PROBE_REQUEST)
-        except OSError:
-            return
-        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if key != self._seen:
-            self._seen = key
-            try:
-                self._request = probe.read_request(self.run_dir)
-            except (OSError, ValueError):
-                self._request = None
-        if self._request is None:
-            return
-        marks = probe.read_marks(self.run_dir, self._request.id)
-        if probe.pending_ranks(self._request, marks, probe.world_size(self.run_dir)):
-            return
-        self._windows.extend((m.first_step, m.last_step) for m in marks.values()
-                             if m.first_step is not None and m.last_step is not None)
-        self._request = None
+        self.steps = ProbedSteps(self.run_dir, live=True)  # its request while not finished: no second one
 
     # -- requests -------------------------------------------------------------------------------------
     def at_record(self, step: int) -> list[ProfileReport]:
         """A logged step: the baseline requested once its step has come; the alerts' profiles that every rank has
         finished, compared with the baseline."""
-        self._look()
+        self.steps.look()
         if self._takes_baseline and self._baseline is None and step >= self.settings.baseline_step \
-                and self._request is None:
+                and self.steps.request is None:
             try:
                 self._baseline = self._ask(None, ProbePurpose("", Purpose.BASELINE)).id
             except OSError as exc:
@@ -113,9 +78,9 @@ class ProfileAction:
         """An alert whose action is profile: the request for the next steps of ``ranks`` (None: every rank), or why
         there is none; what the alert adds to its message."""
         limit = self.settings
-        self._look()
-        if self._request is not None:
-            return f"no profile: probe {self._request.id} is still running"
+        self.steps.look()
+        if self.steps.request is not None:
+            return f"no profile: probe {self.steps.request.id} is still running"
         taken = sum(1 for p in read_purposes(self.run_dir) if p.purpose is Purpose.ANOMALY)
         if taken >= limit.max_profiles:
             return f"no profile: the run's {taken} profile(s) are taken (health.profile.max_profiles)"
@@ -138,13 +103,13 @@ class ProfileAction:
         request = probe.new_request(probe.ProbeKind.PROFILE, self.settings.steps, ranks)
         write_purpose(self.run_dir, replace(purpose, request=request.id))  # before the ranks can see the request
         probe.write_request(self.run_dir, request)
-        self._request = request
+        self.steps.request = request
         return request
 
     # -- the comparison -------------------------------------------------------------------------------
     def _report(self, purpose: ProbePurpose) -> ProfileReport | None:
         """The comparison once every rank of ``purpose``'s request has marked it, else None."""
-        if self._request is not None and self._request.id == purpose.request:
+        if self.steps.request is not None and self.steps.request.id == purpose.request:
             return None
         marks = probe.read_marks(self.run_dir, purpose.request)
         if not marks:

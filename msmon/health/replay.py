@@ -17,6 +17,7 @@ from msmon.config.mindformers_yaml import read_run_config
 from msmon.errors import MsmonError
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
+from msmon.health.probed_steps import ProbedSteps
 from msmon.health.rank_costs import RankCosts, RankReport
 from msmon.health.rollback_forecast import Forecast, forecast
 from msmon.records import check_record, read_records
@@ -156,7 +157,8 @@ def replay(
     settings = settings or HealthSettings()
     batch = run_global_batch(source) if source.is_dir() else None
     band = reference_band(runs, tags, settings.reference_drift, batch)
-    monitor = HealthMonitor(settings, config, reference=band)
+    probed = ProbedSteps(source, live=False) if source.is_dir() else None  # as live: a profiled step is no drop
+    monitor = HealthMonitor(settings, config, reference=band, probed=probed)
     monitor.set_total_steps(total)
     count = 0
     previous: int | None = None
