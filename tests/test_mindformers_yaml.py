@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import run_msmon
-from helpers_training import QUICKSTARTS, parse_step_lines, write_quickstart_config
+from helpers_training import QUICKSTARTS, QUICKSTARTS_DIR, parse_step_lines, write_quickstart_config
 from launch import msmon_env
 from test_validate_mindformers_configs import CONFIGS
 
@@ -137,14 +137,15 @@ def test_export_to_a_directory_or_an_unwritable_place_names_the_path_and_leaves_
 
 
 @pytest.mark.training
-@pytest.mark.parametrize("model", list(QUICKSTARTS))
-def test_export_of_a_quickstart_trains_under_plain_run_mindformer(tmp_path: Path, model: str) -> None:
+@pytest.mark.parametrize("source", [*QUICKSTARTS.values(), QUICKSTARTS_DIR / "quickstart-moe.yaml"],
+                         ids=lambda path: path.stem)
+def test_export_of_a_quickstart_trains_under_plain_run_mindformer(tmp_path: Path, source: Path) -> None:
     """The README and export's help say plain mindformers loads what export writes; it failed with "Can't find class
     type wrapper class name MsmonCPUTrainOneStepCell in class registry". Export names msmon's CPU support through
     mindformers' own auto_register (msmon_cpu.py beside the file, generated datasets made) and plain
     ``run_mindformer.py --config FILE --register_path DIR`` trains it (20 steps; a training of its own: no msmon in
     the process is the point)."""
-    config = write_quickstart_config(tmp_path, steps=20, source=QUICKSTARTS[model])
+    config = write_quickstart_config(tmp_path, steps=20, source=source)
     out = tmp_path / "exported" / "exported.yaml"
     out.parent.mkdir()
     result = run_msmon("export", str(config), "-o", str(out), "output_dir=" + str(tmp_path / "output"), cwd=tmp_path)
