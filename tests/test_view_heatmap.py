@@ -87,3 +87,15 @@ def test_the_heatmap_renders_in_chromium_without_console_errors(tmp_path: Path) 
     assert run_msmon("compare", str(run_dir), str(make_run(tmp_path, "other")), "--out", str(compare)).code == 0
     _, dom = chromium_open(compare, tmp_path)
     assert "data-msmon-heatmap=" not in dom and 'data-msmon-ready="5"' in dom
+
+
+def test_the_report_draws_each_moe_layers_routing_summaries_not_a_plot_per_expert(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "moe")
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    routing = {f"moe/layer_{i}/expert_{e}": 640.0 for i in range(2) for e in range(4)}
+    routing.update({f"moe/layer_{i}/{name}": 1.0 for i in range(2) for name in ("max_load", "cv", "idle_experts")})
+    rows = [json.dumps({**json.loads(line), **routing}) for line in lines]
+    (run_dir / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    drawn = {p["metric"] for p in page_data(build_report(load_run(run_dir)))["panels"]}
+    assert {m for m in drawn if m.startswith("moe/")} == {
+        f"moe/layer_{i}/{name}" for i in range(2) for name in ("max_load", "cv", "idle_experts")}

@@ -148,6 +148,11 @@ METRICS: dict[str, MetricSpec] = {
 #: Record keys of the MoE routing records: ``moe/layer_0/expert_3``, ``moe/layer_0/cv``, ...
 MOE_PREFIX = "moe/"
 
+
+def is_expert_tokens(key: str) -> bool:
+    """Whether a record key is one expert's token count (``moe/layer_0/expert_3``), not a layer's summary."""
+    return key.startswith(MOE_PREFIX) and "/expert_" in key
+
 #: Record keys of the per-group gradient norms: ``grad_norm/layers.0``, ``grad_norm/embedding``, ...
 GROUP_NORM_PREFIX = "grad_norm/"
 
