@@ -19,11 +19,13 @@ from launch import pty_chunks
 
 from msmon.errors import MsmonError
 from msmon.util.jsonfiles import read_jsonl
+from msmon.util.numbers import nonfinite_kind
 from msmon.view.compare import compare_runs, differing_keys
 from msmon.view.live import sparkline
 from msmon.view.progress import PlainView, StepClock, plain_line
 from msmon.view.report import build_report
-from msmon.view.series import downsample, load_run, run_overrides
+from msmon.view.series import load_run, run_overrides
+from msmon.view.sketch import downsample
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -118,9 +120,9 @@ def test_read_jsonl_skips_half_written_tail_and_counts_bad_lines(tmp_path: Path)
 
 def test_load_run_keeps_nonfinite_values_and_notes_problems(tmp_path: Path) -> None:
     run = load_run(make_run(tmp_path, "a", half_line=True))
-    steps, values = run.series("loss")
-    assert len(steps) == 300 and steps == sorted(steps)
-    assert math.isnan(values[steps.index(1500)])
+    drawn = run.sketch("loss").draw()
+    assert drawn.total == 300 and drawn.x == sorted(drawn.x) and len(drawn.x) == 299
+    assert (1500, "nan") in drawn.nonfinite
     assert any("half-written" in note for note in run.notes)
     assert run.metrics()[:4] == ["loss", "grad_norm", "learning_rate", "throughput"]
 
@@ -255,7 +257,7 @@ def test_compare_cli_terminal_tables_and_html(tmp_path: Path) -> None:
     comparison = compare_runs([a, b])
     assert [k for k, _ in comparison.diff] == ["lr_schedule.learning_rate", "seed"]  # the config that trained
     assert [k for k, _ in comparison.monitor_diff] == ["monitor_config.run_name"]  # msmon's keys, apart
-    assert comparison.summaries[1].best_loss == min(v for v in load_run(b).series("loss")[1] if math.isfinite(v))
+    assert comparison.summaries[1].best_loss == min(load_run(b).sketch("loss").draw().y)
     result = run_msmon("compare", str(a), str(b), env={"COLUMNS": "160"})
     assert result.code == 0, result.stderr
     for text in ("lr_schedule.learning_rate", "0.005", "0.001", "seed", "final loss", "best loss"):
@@ -265,7 +267,7 @@ def test_compare_cli_terminal_tables_and_html(tmp_path: Path) -> None:
     data = page_data(out.read_text())
     loss = data["panels"][0]
     assert [s["name"] for s in loss["series"]] == ["a", "b"]
-    assert loss["series"][1]["y"] == [v for v in load_run(b).series("loss")[1] if math.isfinite(v)]
+    assert loss["series"][1]["y"] == load_run(b).sketch("loss").draw().y
 
 
 def test_overrides_of_the_run_command_count_as_config(tmp_path: Path) -> None:
@@ -477,8 +479,7 @@ def test_every_reader_spells_nan_and_inf_alike(tmp_path: Path) -> None:
             {"step": 60, "time": 4.0, "loss": "NaN"}]
     with (run / "metrics.jsonl").open("a") as handle:
         handle.write("".join(json.dumps(r) + "\n" for r in rows))
-    steps, values = load_run(run).series("loss")
-    assert steps[-3:] == [40, 50, 60] and values[-3] == math.inf and values[-2] == -math.inf and math.isnan(values[-1])
-    for row, expected in zip(rows, values[-3:], strict=True):
-        replayed = parse_record(json.dumps(row), "f:1")["loss"]
-        assert replayed == expected or (math.isnan(replayed) and math.isnan(expected))
+    drawn = load_run(run).sketch("loss").draw()
+    assert drawn.nonfinite == [(40, "inf"), (50, "-inf"), (60, "nan")]
+    for row, (_, kind) in zip(rows, drawn.nonfinite, strict=True):
+        assert nonfinite_kind(parse_record(json.dumps(row), "f:1")["loss"]) == kind

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ from msmon.view.band import with_bands
 from msmon.view.html import PALETTE, panel, panel_metrics, render, write_page
 from msmon.view.report import alert_rows, loss_summary
 from msmon.view.series import RunData, load_run
+from msmon.view.sketch import median
 
-MAX_POINTS = 3000
 MISSING = "<absent>"
 
 
@@ -55,17 +53,15 @@ class RunSummary:
 def summarise(label: str, run: RunData) -> RunSummary:
     """Final and best loss, step counts, median throughput and alert count of one run."""
     final, best, best_step = loss_summary(run)
-    _, throughput = run.series("throughput")
-    finite = [v for v in throughput if math.isfinite(v)]
     return RunSummary(
         label=label,
         status=str(run.info.get("status", "unknown")),
-        logged_steps=len(run.records),
-        last_step=run.records[-1]["step"] if run.records else None,
+        logged_steps=run.records.logged,
+        last_step=run.records.last_step,
         final_loss=final,
         best_loss=best,
         best_step=best_step,
-        median_throughput=statistics.median(finite) if finite else None,
+        median_throughput=median(run.sketch("throughput")),
         alerts=len(run.alerts),
     )
 
@@ -143,7 +139,7 @@ def build_compare(comparison: Comparison, verdict: Verdict | None = None) -> str
     labelled = [RunData(r.path, {**r.info, "run_name": label}, r.config_text, r.config, r.records, [])
                 for r, label in zip(runs, comparison.labels, strict=True)]
     band = verdict.band if verdict is not None else None
-    panels = with_bands([panel(m, labelled, MAX_POINTS) for m in panel_metrics(labelled)], band)
+    panels = with_bands([panel(m, labelled) for m in panel_metrics(labelled)], band)
     parting = verdict.parting if verdict is not None else None
     partings = ([{"step": parting.step, "metric": parting.metric, "label": f"parts: {parting.metric}"}]
                 if parting is not None else [])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ from msmon.util.durations import format_duration
 from msmon.util.numbers import fmt_number
 from msmon.view.report import loss_summary
 from msmon.view.series import RunData
+from msmon.view.sketch import median
 
 
 @dataclass
@@ -54,11 +54,11 @@ def summary_lines(run: RunData) -> list[str]:
     skipped = sum(made.skipped_steps for made in in_effect(rollbacks_of(info)))
     done += " steps" + (f" ({skipped} skipped by rollbacks)" if skipped else "")
     lines = [f"  {done} in {format_duration(_duration_s(info), fine=True)}"]
-    loss_steps, losses = run.series("loss")
-    if losses:
+    loss = run.sketch("loss")
+    if loss.first is not None and loss.last is not None:
         final, best, best_step = loss_summary(run)
-        first = f"{fmt_number(losses[0])} (step {loss_steps[0]})"
-        lines[0] += f"; loss {first} -> {fmt_number(final)} (step {loss_steps[-1]})"
+        first = f"{fmt_number(loss.first[1])} (step {loss.first[0]})"
+        lines[0] += f"; loss {first} -> {fmt_number(final)} (step {loss.last[0]})"
         if best is not None:
             lines[0] += f", best {fmt_number(best)} at step {best_step}"
     if run.alerts:
@@ -68,7 +68,7 @@ def summary_lines(run: RunData) -> list[str]:
     else:
         lines.append("  alerts: none")
     dropped, lost = info.get("dropped_records") or 0, info.get("records_lost") or 0
-    lines.append(f"  records: {len(run.records)} logged, {dropped} dropped, {lost} lost")
+    lines.append(f"  records: {run.records.logged} logged, {dropped} dropped, {lost} lost")
     if (run.path / layout.CONSOLE_LOG).is_file():
         warnings, errors = info.get("framework_warnings") or 0, info.get("framework_errors") or 0
         lines.append(f"  framework output: {warnings} warnings, {errors} errors, in {run.path / layout.CONSOLE_LOG}")
@@ -81,15 +81,15 @@ def summary_lines(run: RunData) -> list[str]:
 
 def speed_lines(run: RunData) -> list[str]:
     """``  speed: 112 TFLOPS per device, MFU 36% on 8 x Ascend (median of the logged steps)``, when recorded."""
-    _, tflops = run.series("tflops_per_device")
-    if not tflops:
+    tflops = median(run.sketch("tflops_per_device"))
+    if tflops is None:
         return []
-    _, mfu = run.series("mfu")
+    mfu = median(run.sketch("mfu"))
     devices = run.info.get("device_count") or 1
     target = run.info.get("device_target") or "device"
-    line = f"  speed: {fmt_number(statistics.median(tflops))} TFLOPS per device"
-    if mfu:
-        line += f", MFU {statistics.median(mfu):.0%} on {devices} x {target}"
+    line = f"  speed: {fmt_number(tflops)} TFLOPS per device"
+    if mfu is not None:
+        line += f", MFU {mfu:.0%} on {devices} x {target}"
     return [line + " (median of the logged steps)"]
 
 

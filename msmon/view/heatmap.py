@@ -1,30 +1,21 @@
 """The per-group gradient norms (``grad_norm/<group>`` of ``layer_grad_norm``) as a heatmap: groups x steps,
 each cell log10(norm / the group's median over the run), so a block that runs away from its own usual level shows
-while the others stay pale. Long runs are split into at most ``max_columns`` step buckets; each bucket keeps its
-value farthest from the baseline (a one-log spike stays visible), and a non-finite value wins its bucket."""
+while the others stay pale. Long runs are split into at most ``max_columns`` step buckets (of each group's sketch,
+``msmon.view.sketch``); each bucket keeps its value farthest from the baseline (its lowest or its highest: a one-log
+spike stays visible), and a non-finite value wins its bucket. The baseline keeps every value (8 bytes each)."""
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from typing import Any
 
-from msmon.config.metrics import GROUP_NORM_PREFIX, norm_group
-from msmon.util.numbers import as_number, nonfinite_kind
+from msmon.util.numbers import nonfinite_kind
+from msmon.view.run_records import group_norms
 from msmon.view.series import RunData
+from msmon.view.sketch import median
 
 MAX_COLUMNS = 600
-
-
-def groups_of(run: RunData) -> list[str]:
-    """The run's gradient-norm groups in the order the records hold them (the callback writes display order)."""
-    seen: dict[str, None] = {}
-    for record in run.records:
-        for key in record:
-            group = norm_group(key)
-            if group is not None:
-                seen.setdefault(group, None)
-    return list(seen)
 
 
 def _cell(value: float | None, base: float | None) -> float | str | None:
@@ -48,23 +39,31 @@ def _strength(cell: float | str | None) -> float:
 def heatmap(run: RunData, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
     """``{"groups", "baseline", "starts", "ends", "cells"}`` (``cells[g][c]``: group g in step bucket c), or None
     when the run recorded no group norms."""
-    groups = groups_of(run)
-    rows = [r for r in run.records if any(norm_group(k) is not None for k in r)]
-    if not groups or not rows:
+    norms = group_norms(run.records)
+    buckets = next((sketch.buckets() for sketch in norms.values() if sketch.finite), [])
+    if not buckets:
         return None
-    values = {g: [as_number(r.get(GROUP_NORM_PREFIX + g)) for r in rows] for g in groups}
+    columns = min(max_columns, len(buckets))
+    bounds = [(len(buckets) * c // columns, len(buckets) * (c + 1) // columns) for c in range(columns)]
+    starts = [buckets[lo][0] for lo, _ in bounds]
+    ends = [buckets[hi - 1][6] for _, hi in bounds]
     baseline: dict[str, float | None] = {}
-    for group, series in values.items():
-        usable = [v for v in series if v is not None and math.isfinite(v) and v > 0]
-        baseline[group] = statistics.median(usable) if usable else None
-    columns = min(max_columns, len(rows))
-    bounds = [(len(rows) * c // columns, len(rows) * (c + 1) // columns) for c in range(columns)]
     cells = []
-    for group in groups:
-        row = []
-        for lo, hi in bounds:
-            bucket = [_cell(v, baseline[group]) for v in values[group][lo:hi]]
-            row.append(max(bucket, key=_strength))
+    for group, sketch in norms.items():
+        baseline[group] = median(sketch, positive=True)
+        row: list[float | str | None] = [None] * columns
+        for first, _, _, low, _, high, _, _ in sketch.buckets():
+            column = _column(starts, first)
+            row[column] = max((row[column], _cell(low, baseline[group]), _cell(high, baseline[group])),
+                              key=_strength)
+        for step, kind in sketch.marks():
+            column = _column(starts, step)
+            if not isinstance(row[column], str):
+                row[column] = kind
         cells.append(row)
-    return {"groups": groups, "baseline": baseline, "cells": cells,
-            "starts": [rows[lo]["step"] for lo, _ in bounds], "ends": [rows[hi - 1]["step"] for _, hi in bounds]}
+    return {"groups": list(norms), "baseline": baseline, "cells": cells, "starts": starts, "ends": ends}
+
+
+def _column(starts: list[int], step: int) -> int:
+    """The column of ``step``: the last whose first step is not after it (the first for an earlier step)."""
+    return max(0, bisect.bisect_right(starts, step) - 1)

@@ -15,7 +15,7 @@ from msmon.config.metrics import is_expert_tokens, norm_group
 from msmon.errors import MsmonError
 from msmon.util.atomic import atomic_write_text
 from msmon.util.numbers import as_number
-from msmon.view.series import PLOT_METRICS, DrawSeries, RunData, downsample
+from msmon.view.series import PLOT_METRICS, RunData
 
 ASSETS = Path(__file__).parent / "assets"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -49,11 +49,11 @@ def panel_metrics(runs: list[RunData]) -> list[str]:
     return list(seen)
 
 
-def panel(metric: str, runs: list[RunData], max_points: int) -> dict[str, Any]:
+def panel(metric: str, runs: list[RunData]) -> dict[str, Any]:
     """One plot panel: the metric's series of every run (downsampled for drawing)."""
     series = []
     for index, run in enumerate(runs):
-        drawn: DrawSeries = downsample(*run.series(metric), max_points=max_points)
+        drawn = run.sketch(metric).draw()
         if drawn.total:
             series.append({"name": run.name, "color": PALETTE[index % len(PALETTE)], **drawn.to_json()})
     group = "main" if metric in PLOT_METRICS else "more"

@@ -9,14 +9,12 @@ from typing import Any
 from msmon.errors import MsmonError
 from msmon.util.numbers import as_number
 from msmon.view.html import LABELS, PALETTE, panel_metrics, rollback_rows
-from msmon.view.series import PLOT_METRICS, RunData, downsample
-
-MAX_POINTS = 4000
+from msmon.view.series import PLOT_METRICS, RunData
 
 
 def _draw(ax: Any, metric: str, runs: list[RunData], alerts: bool) -> None:
     for index, run in enumerate(runs):
-        drawn = downsample(*run.series(metric), max_points=MAX_POINTS)
+        drawn = run.sketch(metric).draw()
         color = PALETTE[index % len(PALETTE)]
         ax.plot(drawn.x, drawn.y, color=color, linewidth=1.2, label=run.name,
                 marker="o" if len(drawn.x) < 120 else None, markersize=2.5)

@@ -11,7 +11,6 @@ from typing import Any
 
 from msmon import layout
 from msmon.anomaly import rollbacks_of
-from msmon.config.hyperparameters import RunResults
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
 from msmon.view.band import drift_partings, run_band, with_bands
@@ -20,7 +19,6 @@ from msmon.view.html import fmt_time, panel, panel_metrics, render, rollback_row
 from msmon.view.profiles import profile_views, window_marks
 from msmon.view.series import PLOT_METRICS, RunData, load_run
 
-MAX_POINTS = 4000
 META_ORDER: tuple[str, ...] = (
     "run_name", "project_name", "status", "start_time", "end_time", "last_step", "total_steps", "exit_code",
     "error", "alert_count", "dropped_records", "device_target", "device_count", "host", "pid", "command", "cwd",
@@ -88,10 +86,10 @@ def alert_table_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summary_line(run: RunData) -> str:
     """Logged steps, step range, final and best loss of a run."""
-    steps = [r["step"] for r in run.records]
-    parts = [f"{len(steps)} logged steps"]
-    if steps:
-        parts.append(f"steps {steps[0]}..{steps[-1]}")
+    records = run.records
+    parts = [f"{records.logged} logged steps"]
+    if records.logged:
+        parts.append(f"steps {records.first_step}..{records.last_step}")
     final, best, best_step = loss_summary(run)
     if final is not None:
         parts.append(f"final loss {fmt_number(final, 5)}")
@@ -106,20 +104,22 @@ def summary_line(run: RunData) -> str:
 
 def loss_summary(run: RunData) -> tuple[float | None, float | None, int | None]:
     """(final loss, best finite loss, step of the best loss)."""
-    results = RunResults().add(run.records)
-    return results.final_loss, results.best_loss, results.best_step
+    loss = run.sketch("loss")
+    low = loss.low()
+    return (loss.last[1] if loss.last else None, low[1] if low else None, low[0] if low else None)
 
 
-def build_report(run: RunData, max_points: int = MAX_POINTS) -> str:
+def build_report(run: RunData) -> str:
     """The report page of one run."""
     metrics = panel_metrics([run])
     band, band_notes = run_band(run)
-    panels = with_bands([panel(m, [run], max_points) for m in metrics], band)
+    panels = with_bands([panel(m, [run]) for m in metrics], band)
     missing = [m for m in PLOT_METRICS if m not in metrics]
     drawn = max((len(s["x"]) for p in panels for s in p["series"]), default=0)
-    total = len(run.records)
-    note = (f"{total} logged steps drawn as at most {drawn} points per plot "
-            "(first, min, max and last of each bucket kept, so spikes stay visible)." if drawn < total else "")
+    total = run.records.logged
+    note = (f"{total} logged steps drawn as at most {drawn} points per plot (first, min, max and last of each "
+            "bucket kept, so spikes stay visible; every NaN/Inf bucket marked, every alert drawn)."
+            if drawn < total else "")
     groups = heatmap(run)
     profiles = profile_views(run.path)
     data = {"panels": panels, "alerts": alert_rows(run.alerts), "rollbacks": rollback_rows(run.info),

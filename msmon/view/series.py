@@ -1,8 +1,7 @@
-"""Read a run directory (run.json, config.yaml, metrics.jsonl, alerts.jsonl) and downsample its series."""
+"""Read a run directory (run.json, config.yaml, alerts.jsonl; metrics.jsonl streamed into one sketch per metric)."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,11 +9,14 @@ from typing import Any
 
 from msmon import layout
 from msmon.errors import ExitCode, MsmonError
-from msmon.records import shown_rank
-from msmon.util.jsonfiles import JsonLines, read_json_object, read_jsonl
-from msmon.util.numbers import as_number, nonfinite_kind
+from msmon.util.jsonfiles import read_json_object, read_jsonl
+from msmon.util.numbers import as_number
+from msmon.view.run_records import RunSeries, read_run_series
+from msmon.view.sketch import SeriesSketch
 
 PLOT_METRICS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "throughput")
+
+
 @dataclass
 class RunData:
     """Everything the report and compare views need from one run directory."""
@@ -23,7 +25,7 @@ class RunData:
     info: dict[str, Any]
     config_text: str | None
     config: dict[str, Any] | None  # the config that trained (msmon's keys removed, resolved)
-    records: list[dict[str, Any]]
+    records: RunSeries  # metrics.jsonl's shown records, as one sketch per metric
     alerts: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)
@@ -36,23 +38,12 @@ class RunData:
 
     def metrics(self) -> list[str]:
         """Numeric metric names present in the records (the plot metrics first)."""
-        seen: dict[str, None] = {}
-        for record in self.records:
-            for key, value in record.items():
-                if key not in ("step", "time", "rank") and as_number(value) is not None:
-                    seen.setdefault(key, None)
+        seen = self.records.columns
         return [m for m in PLOT_METRICS if m in seen] + sorted(m for m in seen if m not in PLOT_METRICS)
 
-    def series(self, metric: str) -> tuple[list[int], list[float]]:
-        """Steps and values of one metric, in step order (non-finite values kept)."""
-        steps: list[int] = []
-        values: list[float] = []
-        for record in self.records:
-            value = as_number(record.get(metric))
-            if value is not None:
-                steps.append(int(record["step"]))
-                values.append(value)
-        return steps, values
+    def sketch(self, metric: str) -> SeriesSketch:
+        """One metric's values in step order (an empty sketch when the run did not record it)."""
+        return self.records.columns.get(metric) or SeriesSketch()
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
@@ -117,24 +108,6 @@ def _read_monitor(run_dir: Path) -> dict[str, Any] | None:
     return {key: value for key, value in data.items() if key not in MINDFORMERS_MONITOR_KEYS}
 
 
-def _clean_records(rows: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
-    """Records with an integer step, one per step (the last one wins after a resume), in step order."""
-    ranks: set[int] = {row["rank"] for row in rows if isinstance(row.get("rank"), int)}
-    with_loss = {row["rank"] for row in rows if isinstance(row.get("rank"), int) and "loss" in row}
-    rank = shown_rank(ranks, with_loss)
-    if len(ranks) > 1:
-        notes.append(f"records of ranks {sorted(ranks)} found; showing rank {rank}")
-    by_step: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        step = row.get("step", row.get("global_step"))
-        if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
-            continue
-        if rank is not None and row.get("rank", rank) != rank:
-            continue
-        by_step[int(step)] = {**row, "step": int(step)}
-    return [by_step[s] for s in sorted(by_step)]
-
-
 def load_run(path: str | Path) -> RunData:
     """Load a run directory (or its metrics.jsonl); MsmonError for a missing directory, or one that is no run
     (neither metrics.jsonl nor run.json). A run that failed before its first logged step has no records."""
@@ -157,15 +130,11 @@ def load_run(path: str | Path) -> RunData:
                 ExitCode.INVALID,
             )
     try:
-        lines = read_jsonl(metrics) if metrics.is_file() else JsonLines()
+        records = read_run_series(metrics) if metrics.is_file() else RunSeries()
     except OSError as exc:
         raise MsmonError(f"cannot read {metrics}: {exc.strerror or exc}", "check the file's permissions") from None
-    if lines.truncated_tail:
-        notes.append("the last line of metrics.jsonl is half-written (run still going or killed); it was skipped")
-    if lines.bad_lines:
-        notes.append(f"{lines.bad_lines} unreadable line(s) of metrics.jsonl skipped")
-    records = _clean_records(lines.rows, notes)
-    if not records:
+    notes.extend(records.notes)
+    if not records.logged:
         notes.append("the run logged no step (metrics.jsonl is empty or missing, or monitor_type has no 'file')")
     alerts: list[dict[str, Any]] = []
     alerts_path = run_dir / layout.ALERTS
@@ -179,52 +148,3 @@ def load_run(path: str | Path) -> RunData:
     overrides = run_overrides(info)
     config_text, config = _read_config(run_dir, overrides, notes)
     return RunData(run_dir, info, config_text, config, records, alerts, notes, overrides, _read_monitor(run_dir))
-
-
-@dataclass
-class DrawSeries:
-    """A series ready to draw: finite points (min/max-preserving downsample) and non-finite markers."""
-
-    x: list[int]
-    y: list[float]
-    nonfinite: list[tuple[int, str]]
-    total: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"x": self.x, "y": self.y, "nonfinite": [list(p) for p in self.nonfinite], "total": self.total}
-
-
-def _bucket_bounds(count: int, buckets: int) -> list[tuple[int, int]]:
-    return [(count * b // buckets, count * (b + 1) // buckets) for b in range(buckets)]
-
-
-def downsample(steps: list[int], values: list[float], max_points: int = 4000) -> DrawSeries:
-    """Keep first, min, max and last point of each bucket (M4), so no spike vanishes; non-finite points
-    become markers (at most one per kind and bucket)."""
-    finite_x: list[int] = []
-    finite_y: list[float] = []
-    marks: list[tuple[int, str]] = []
-    for step, value in zip(steps, values, strict=True):
-        kind = nonfinite_kind(value)
-        if kind is None:
-            finite_x.append(step)
-            finite_y.append(value)
-        else:
-            marks.append((step, kind))
-    if len(finite_x) > max_points:
-        keep: list[int] = []
-        for lo, hi in _bucket_bounds(len(finite_x), max(1, max_points // 4)):
-            if lo >= hi:
-                continue
-            chunk = range(lo, hi)
-            lo_i = min(chunk, key=finite_y.__getitem__)
-            hi_i = max(chunk, key=finite_y.__getitem__)
-            keep.extend(sorted({lo, lo_i, hi_i, hi - 1}))
-        finite_x = [finite_x[i] for i in keep]
-        finite_y = [finite_y[i] for i in keep]
-    if len(marks) > max_points // 4:
-        kept: dict[tuple[int, str], tuple[int, str]] = {}
-        for index, (step, kind) in enumerate(marks):
-            kept.setdefault((index * (max_points // 4) // len(marks), kind), (step, kind))
-        marks = sorted(kept.values())
-    return DrawSeries(finite_x, finite_y, marks, len(steps))

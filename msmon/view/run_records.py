@@ -1,0 +1,221 @@
+"""A run's metrics.jsonl read once as a stream into one ``SeriesSketch`` per metric: the memory of a report does not
+grow with the run. One record per step is shown (the last one wins after a resume), of one rank (``shown_rank``);
+when the file holds several ranks or a step logged twice, a second pass reads only the records shown."""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msmon.config.metrics import norm_group
+from msmon.records import shown_rank
+from msmon.util.jsonfiles import parse_object
+from msmon.util.numbers import as_number
+from msmon.view.sketch import SeriesSketch
+
+NOT_METRICS = frozenset({"step", "time", "rank"})
+#: Metrics whose median a page shows (and the gradient norms by group: the heatmap's baseline): every finite value is
+#: kept, 8 bytes each.
+MEDIAN_METRICS = frozenset({"throughput", "tflops_per_device", "mfu"})
+NO_RANK = -(2**62)
+NUMBER_TYPES = frozenset({int, float})
+ROWS = 4096  # records gathered before they become columns
+
+
+@dataclass
+class RunSeries:
+    """The shown records of a run as sketches (metric -> ``SeriesSketch``, in order of first appearance); records
+    are gathered ``ROWS`` at a time and handed to the sketches as columns (``finish`` hands over the rest)."""
+
+    columns: dict[str, SeriesSketch] = field(default_factory=dict)
+    logged: int = 0  # records shown (one per step)
+    first_step: int | None = None
+    last_step: int | None = None
+    notes: list[str] = field(default_factory=list)
+    _rows: list[dict[str, Any]] = field(default_factory=list)
+    _steps: list[int] = field(default_factory=list)
+
+    def add(self, step: int, row: dict[str, Any]) -> None:
+        """The next shown record (in step order)."""
+        self._rows.append(row)
+        self._steps.append(step)
+        if len(self._rows) >= ROWS:
+            self.finish()
+
+    def finish(self) -> None:
+        """Hand the gathered records to the sketches, one column per metric."""
+        rows, steps = self._rows, self._steps
+        if not rows:
+            return
+        self._rows, self._steps = [], []
+        self.logged += len(rows)
+        if self.first_step is None:
+            self.first_step = steps[0]
+        self.last_step = steps[-1]
+        at = np.array(steps, dtype=np.int64)
+        for key in _keys(rows):
+            try:
+                values = list(map(itemgetter(key), rows))
+            except KeyError:
+                values = [row.get(key) for row in rows]
+            if set(map(type, values)) <= NUMBER_TYPES:
+                column_steps, column = at, np.array(values, dtype=np.float64)
+            else:  # absent in some records, a NaN/Inf spelled as text, or not a number
+                numbers = [(step, as_number(value)) for step, value in zip(steps, values, strict=True)]
+                kept = [(step, number) for step, number in numbers if number is not None]
+                if not kept:
+                    continue
+                column_steps = np.array([step for step, _ in kept], dtype=np.int64)
+                column = np.array([number for _, number in kept], dtype=np.float64)
+            sketch = self.columns.get(key)
+            if sketch is None:
+                sketch = self.columns[key] = SeriesSketch(keep_values=key in MEDIAN_METRICS
+                                                          or norm_group(key) is not None)
+            sketch.add(column_steps, column)
+
+
+def _keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The keys of the records that may be metrics, in order of first appearance."""
+    keys = dict.fromkeys(rows[0])
+    if len(set().union(*rows)) > len(keys):
+        for row in rows:
+            keys.update(dict.fromkeys(row))
+    return [key for key in keys if key not in NOT_METRICS]
+
+
+@dataclass
+class _Scan:
+    """What the first pass saw of every record with a step: its step and rank, in file order."""
+
+    steps: array[int] = field(default_factory=lambda: array("q"))
+    ranks: array[int] = field(default_factory=lambda: array("q"))
+    ranks_seen: set[int] = field(default_factory=set)
+    with_loss: set[int] = field(default_factory=set)
+    in_order: bool = True  # each step after the one before
+    bad: int = 0
+    cut: bool = False
+
+
+def record_step(row: dict[str, Any]) -> int | None:
+    """The record's step (``step``, else ``global_step``) as an int, None when it has no finite number."""
+    step = row.get("step", row.get("global_step"))
+    if type(step) is int:
+        return step
+    if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
+        return None
+    return int(step)
+
+
+def _rows(path: Path, scan: _Scan) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(step, record) of each line with a step (undecodable bytes replaced); unreadable lines counted in ``scan``."""
+    decode = json.JSONDecoder().raw_decode
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                row, end = decode(line)
+            except ValueError:
+                row, end = None, 0
+            if type(row) is not dict or (end < len(line) - 1 and line[end:].strip()):
+                row = _slow_parse(line, scan)
+                if row is None:
+                    continue
+            step = record_step(row)
+            if step is not None:
+                yield step, row
+
+
+def _slow_parse(line: str, scan: _Scan) -> dict[str, Any] | None:
+    """A line the fast path refused: blank, half-written (the last), or bad (counted)."""
+    if not line.strip():
+        return None
+    try:
+        return parse_object(line)
+    except ValueError:
+        if line.endswith("\n"):
+            scan.bad += 1
+        else:
+            scan.cut = True
+        return None
+
+
+def read_run_series(path: Path) -> RunSeries:
+    """The shown records of ``path`` (a metrics.jsonl) as sketches; OSError when it cannot be read."""
+    scan = _Scan()
+    series = RunSeries()
+    previous: int | None = None
+    for step, row in _rows(path, scan):
+        rank = row.get("rank")
+        if type(rank) is int:
+            scan.ranks.append(rank)
+            scan.ranks_seen.add(rank)
+            if "loss" in row:
+                scan.with_loss.add(rank)
+        else:
+            scan.ranks.append(NO_RANK)
+        scan.steps.append(step)
+        if previous is not None and step <= previous:
+            scan.in_order = False
+        previous = step
+        if scan.in_order and len(scan.ranks_seen) <= 1:
+            series.add(step, row)
+    rank = shown_rank(scan.ranks_seen, scan.with_loss)
+    if len(scan.ranks_seen) > 1:
+        series.notes.append(f"records of ranks {sorted(scan.ranks_seen)} found; showing rank {rank}")
+    if not scan.in_order or len(scan.ranks_seen) > 1:
+        series = _reread(path, _shown(scan, rank), series.notes)
+    series.finish()
+    if scan.cut:
+        series.notes.append("the last line of metrics.jsonl is half-written (run still going or killed); "
+                            "it was skipped")
+    if scan.bad:
+        series.notes.append(f"{scan.bad} unreadable line(s) of metrics.jsonl skipped")
+    return series
+
+
+def _shown(scan: _Scan, rank: int | None) -> tuple[Callable[[int], bool], bool]:
+    """Whether the n-th record (file order) is shown (of the shown rank or naming none, the last of its step), and
+    whether the shown records come in step order in the file."""
+    steps = np.frombuffer(scan.steps, dtype=np.int64)
+    ranks = np.frombuffer(scan.ranks, dtype=np.int64)
+    eligible = np.flatnonzero((ranks == NO_RANK) | (ranks == (NO_RANK if rank is None else rank)))
+    _, last_from_end = np.unique(steps[eligible][::-1], return_index=True)
+    keep = np.zeros(len(steps), dtype=bool)
+    keep[eligible[len(eligible) - 1 - last_from_end]] = True
+    in_order = bool(np.all(np.diff(steps[keep]) > 0))
+    return keep.__getitem__, in_order
+
+
+def _reread(path: Path, shown: tuple[Callable[[int], bool], bool], notes: list[str]) -> RunSeries:
+    """The second pass: the shown records only, in step order (held until the end only when the file has them out
+    of order: an attempt that logged fewer steps than the one it resumed had logged past its checkpoint)."""
+    is_shown, in_order = shown
+    series = RunSeries(notes=notes)
+    held: dict[int, dict[str, Any]] = {}
+    for number, (step, row) in enumerate(_rows(path, _Scan())):
+        if not is_shown(number):
+            continue
+        if in_order:
+            series.add(step, row)
+        else:
+            held[step] = row
+    for step in sorted(held):
+        series.add(step, held[step])
+    return series
+
+
+def group_norms(series: RunSeries) -> dict[str, SeriesSketch]:
+    """group -> its gradient norm's sketch (``grad_norm/<group>``), in the order the records hold them."""
+    found = {}
+    for key, sketch in series.columns.items():
+        group = norm_group(key)
+        if group is not None:
+            found[group] = sketch
+    return found
