@@ -30,6 +30,13 @@ def check_record(data: dict[str, Any], where: str) -> dict[str, Any]:
     return record
 
 
+def _checked(data: dict[str, Any]) -> bool:
+    """Whether ``check_record`` would return ``data`` as it is (an int step, a float time, no text): the common
+    record, passed on without a copy."""
+    return (type(data.get("step")) is int and type(data.get("time", 0.0)) in (float, int)
+            and str not in set(map(type, data.values())))
+
+
 def parse_record(text: str, where: str) -> dict[str, Any]:
     """One JSON Lines record (see ``check_record``); MsmonError naming ``where`` otherwise."""
     try:
@@ -45,7 +52,7 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
     try:
         for line in iter_jsonl(path):
             if line.row is not None:
-                yield check_record(line.row, f"{path}:{line.number}")
+                yield line.row if _checked(line.row) else check_record(line.row, f"{path}:{line.number}")
             elif line.cut:
                 logger.warning("%s: skipped a half-written last line", path)
             else:

@@ -17,6 +17,7 @@ START_TIME = 1796406600.0
 #: (what, fraction of the run where it starts)
 ANOMALIES: tuple[tuple[str, float], ...] = (("loss_spike", 0.2), ("nan_loss", 0.4), ("grad_explosion", 0.6),
                                             ("throughput_drop", 0.8))
+SPIKE_STEPS = 30  # records at 6x the loss
 EXPLOSION_STEPS = 120  # records over which the grad norm grows 3%/step
 DROP_STEPS = 300  # records at a third of the throughput
 
@@ -31,7 +32,7 @@ def record(step: int, records: int, noise: random.Random, at: dict[str, int]) ->
     loss = 2.0 + 5.0 * math.exp(-step / (records / 5 + 1)) + noise.gauss(0.0, 0.02)
     grad = 1.0 + 0.3 * math.exp(-step / 1000) + noise.gauss(0.0, 0.03)
     throughput = 2350.0 + noise.gauss(0.0, 15.0)
-    if step == at.get("loss_spike"):
+    if 0 <= step - at.get("loss_spike", -10**9) < SPIKE_STEPS:
         loss *= 6.0
     if step == at.get("nan_loss"):
         loss = math.nan

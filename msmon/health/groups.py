@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from msmon.config.metrics import norm_group
+from msmon.config.metrics import GROUP_NORM_PREFIX, norm_group
 from msmon.health.alert import Signal
 from msmon.util.numbers import as_number, fmt_number
 
@@ -68,9 +68,10 @@ class GroupNorms:
     def observe(self, record: dict[str, Any]) -> None:
         found: dict[str, float] = {}
         for key, value in record.items():
-            group, number = norm_group(key), as_number(value)
-            if group is not None and number is not None:
-                found[group] = number
+            if key.startswith(GROUP_NORM_PREFIX):
+                group, number = norm_group(key), as_number(value)
+                if group is not None and number is not None:
+                    found[group] = number
         step = record.get("step")
         if not found or not isinstance(step, int):
             return

@@ -4,7 +4,6 @@ when the file holds several ranks or a step logged twice, a second pass reads on
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ import numpy as np
 
 from msmon.config.metrics import norm_group
 from msmon.records import shown_rank
-from msmon.util.jsonfiles import parse_object
+from msmon.util.jsonfiles import iter_jsonl
 from msmon.util.numbers import as_number
 from msmon.view.sketch import SeriesSketch
 
@@ -116,34 +115,14 @@ def record_step(row: dict[str, Any]) -> int | None:
 
 def _rows(path: Path, scan: _Scan) -> Iterator[tuple[int, dict[str, Any]]]:
     """(step, record) of each line with a step (undecodable bytes replaced); unreadable lines counted in ``scan``."""
-    decode = json.JSONDecoder().raw_decode
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            try:
-                row, end = decode(line)
-            except ValueError:
-                row, end = None, 0
-            if type(row) is not dict or (end < len(line) - 1 and line[end:].strip()):
-                row = _slow_parse(line, scan)
-                if row is None:
-                    continue
-            step = record_step(row)
-            if step is not None:
-                yield step, row
-
-
-def _slow_parse(line: str, scan: _Scan) -> dict[str, Any] | None:
-    """A line the fast path refused: blank, half-written (the last), or bad (counted)."""
-    if not line.strip():
-        return None
-    try:
-        return parse_object(line)
-    except ValueError:
-        if line.endswith("\n"):
-            scan.bad += 1
-        else:
-            scan.cut = True
-        return None
+    for line in iter_jsonl(path):
+        if line.row is None:
+            scan.cut = scan.cut or line.cut
+            scan.bad += not line.cut
+            continue
+        step = record_step(line.row)
+        if step is not None:
+            yield step, line.row
 
 
 def read_run_series(path: Path) -> RunSeries:

@@ -25,13 +25,14 @@ def theil_sen(points: list[tuple[int, float]]) -> float:
 def fit_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
     """Least-squares (slope, t statistic) of y over x; t is inf for an exact fit."""
     n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    sxx = sum([(x - mx) ** 2 for x in xs])
     if sxx <= 0:
         return 0.0, 0.0
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
+    slope = sum([(x - mx) * (y - my) for x, y in points]) / sxx
+    residual = sum([(y - my - slope * (x - mx)) ** 2 for x, y in points])
     se = math.sqrt(residual / max(n - 2, 1) / sxx)
     if se <= 1e-15:
         return slope, math.inf if slope > 0 else 0.0
@@ -93,14 +94,15 @@ class GradExplosionDetector:
             self._points.popleft()
         if len(self._points) < s.min_points or step - start < s.window_steps:
             return cap
-        slope, t = fit_slope(list(self._points))
-        rolling = math.exp(statistics.median(y for _, y in self._points))
+        points = list(self._points)
+        slope, t = fit_slope(points)
+        rolling = math.exp(statistics.median([y for _, y in points]))
         if rolling < self._low:
             self._low, self._low_step = rolling, step
         ratio = gn / self._low
-        level = math.exp(statistics.median(y for _, y in list(self._points)[-LEVEL_LOGS:]))
+        level = math.exp(statistics.median([y for _, y in points[-LEVEL_LOGS:]]))
         growing = (slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio) or (
-            level >= s.level_ratio * self._low and theil_sen(list(self._points)) >= s.growth_per_step
+            level >= s.level_ratio * self._low and theil_sen(points) >= s.growth_per_step
         )
         self._streak = self._streak + 1 if growing else 0
         if not growing:

@@ -55,7 +55,8 @@ class LossSpikeDetector:
             return None
         values = list(self._baseline)
         level = statistics.median(values[-max(s.level_window, 1) :])
-        noise = max(noise_scale(values), MIN_REL_NOISE * abs(level), 1e-12)
+        # at or below the level z <= 0 < z_score: the noise is not needed
+        noise = max(noise_scale(values), MIN_REL_NOISE * abs(level), 1e-12) if loss > level else 1.0
         z = (loss - level) / noise
         if not (z > s.z_score and (level <= 0 or loss > s.ratio * level)):
             self._streak, self._since, self._active = 0, None, False

@@ -51,6 +51,8 @@ class StallDetector:
         self._seconds: deque[float] = deque(maxlen=max(settings.recent, 1))
         self._prev: tuple[int, float] | None = None
         self.reported_step: int | None = None
+        # every timeout is at least this: the configured one, else the floor of the calibrated one
+        self._least_timeout = settings.timeout_s if settings.timeout_s is not None else settings.floor_s
 
     def timeout(self, step_seconds: Sequence[float] | None = None, slow: bool = False, started: bool = True) -> float:
         """The calibrated timeout; at least ``slow_step_timeout_s`` where a save or an evaluation may run. Before
@@ -74,7 +76,7 @@ class StallDetector:
         if prev is None or step <= prev[0] or time < prev[1]:
             return None
         steps, gap = step - prev[0], time - prev[1]
-        if not self._seconds:
+        if not self._seconds or gap <= self._least_timeout:  # no step in the gap can have taken the timeout
             self._seconds.append(gap / steps)
             return None
         typical = statistics.median(self._seconds)
