@@ -94,3 +94,19 @@ def test_several_ranks_in_one_file_show_the_rank_with_the_loss(tmp_path: Path) -
     assert run.records.logged == 6000
     assert set(run.sketch("grad_norm").draw().y) == {2.0}
     assert run.sketch("loss").draw().nonfinite == [(4321, "inf")]
+
+
+def test_a_file_read_in_parts_by_several_processes_draws_what_one_reader_draws(tmp_path: Path, monkeypatch) -> None:
+    run_dir = long_run(tmp_path / "p" / "long", RECORDS)
+    whole = load_run(run_dir)
+    monkeypatch.setattr("msmon.util.split_read.MIN_PART_BYTES", 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    parted = load_run(run_dir)
+    assert parted.records.logged == whole.records.logged == RECORDS
+    assert list(parted.records.columns) == list(whole.records.columns)
+    for metric in whole.records.columns:
+        one, split = whole.sketch(metric).draw(), parted.sketch(metric).draw()
+        assert (split.total, split.nonfinite) == (one.total, one.nonfinite), metric
+        assert (min(split.y), max(split.y)) == (min(one.y), max(one.y)), metric
+        assert (split.x[0], split.x[-1]) == (one.x[0], one.x[-1]) and len(split.x) <= 4000, metric
+    assert parted.sketch("throughput").kept().tolist() == whole.sketch("throughput").kept().tolist()

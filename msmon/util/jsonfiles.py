@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 TAIL_BYTES = 4 * 1024 * 1024
 _DECODER = json.JSONDecoder()
@@ -88,11 +88,27 @@ def parse_jsonl(text: str, first_line: int = 1) -> JsonLines:
     return result
 
 
-def iter_jsonl(path: Path) -> Iterator[JsonLine]:
+def iter_jsonl(path: Path, start: int = 0, stop: int | None = None) -> Iterator[JsonLine]:
     """The file's lines one at a time (bounded memory: a million-line file is never held whole; undecodable bytes
-    replaced); OSError when it cannot be opened or read."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
-        yield from scan_lines(handle)
+    replaced), those that start in bytes [start, stop) when given (line numbers then counted from 1 at ``start``);
+    OSError when it cannot be opened or read."""
+    if not start and stop is None:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
+            yield from scan_lines(handle)
+        return
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        yield from scan_lines(raw.decode("utf-8", errors="replace") for raw in _until(handle, stop))
+
+
+def _until(handle: BinaryIO, stop: int | None) -> Iterator[bytes]:
+    """The lines of ``handle`` that start before byte ``stop``."""
+    at = handle.tell()
+    for raw in handle:
+        if stop is not None and at >= stop:
+            return
+        at += len(raw)
+        yield raw
 
 
 def read_jsonl(path: Path) -> JsonLines:

@@ -18,6 +18,7 @@ from msmon.config.metrics import norm_group
 from msmon.records import shown_rank
 from msmon.util.jsonfiles import iter_jsonl
 from msmon.util.numbers import as_number
+from msmon.util.split_read import map_ranges, parts_for
 from msmon.view.sketch import SeriesSketch
 
 NOT_METRICS = frozenset({"step", "time", "rank"})
@@ -81,6 +82,20 @@ class RunSeries:
             sketch.add(column_steps, column)
 
 
+    def extend(self, other: RunSeries) -> None:
+        """``other``'s records appended (they came after this one's: the next part of the file)."""
+        self.finish()
+        other.finish()
+        self.logged += other.logged
+        self.first_step = self.first_step if self.first_step is not None else other.first_step
+        self.last_step = other.last_step if other.last_step is not None else self.last_step
+        for key, sketch in other.columns.items():
+            if key in self.columns:
+                self.columns[key].extend(sketch)
+            else:
+                self.columns[key] = sketch
+
+
 def _keys(rows: list[dict[str, Any]]) -> list[str]:
     """The keys of the records that may be metrics, in order of first appearance."""
     keys = dict.fromkeys(rows[0])
@@ -102,6 +117,18 @@ class _Scan:
     bad: int = 0
     cut: bool = False
 
+    def extend(self, other: _Scan) -> None:
+        """``other``'s records appended (the next part of the file)."""
+        if self.steps and other.steps and other.steps[0] <= self.steps[-1]:
+            self.in_order = False
+        self.in_order = self.in_order and other.in_order
+        self.steps.extend(other.steps)
+        self.ranks.extend(other.ranks)
+        self.ranks_seen |= other.ranks_seen
+        self.with_loss |= other.with_loss
+        self.bad += other.bad
+        self.cut = self.cut or other.cut
+
 
 def record_step(row: dict[str, Any]) -> int | None:
     """The record's step (``step``, else ``global_step``) as an int, None when it has no finite number."""
@@ -113,9 +140,10 @@ def record_step(row: dict[str, Any]) -> int | None:
     return int(step)
 
 
-def _rows(path: Path, scan: _Scan) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(step, record) of each line with a step (undecodable bytes replaced); unreadable lines counted in ``scan``."""
-    for line in iter_jsonl(path):
+def _rows(path: Path, scan: _Scan, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(step, record) of each line with a step (of the lines starting in bytes [start, stop) when given; undecodable
+    bytes replaced); unreadable lines counted in ``scan``."""
+    for line in iter_jsonl(path, start, stop):
         if line.row is None:
             scan.cut = scan.cut or line.cut
             scan.bad += not line.cut
@@ -126,11 +154,34 @@ def _rows(path: Path, scan: _Scan) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_run_series(path: Path) -> RunSeries:
-    """The shown records of ``path`` (a metrics.jsonl) as sketches; OSError when it cannot be read."""
+    """The shown records of ``path`` (a metrics.jsonl) as sketches, a large file read in parts by one process per
+    core; OSError when it cannot be read."""
+    parts = map_ranges(_read_part, path, parts_for(path))
+    series, scan = parts[0]
+    for more, seen in parts[1:]:
+        series.extend(more)
+        scan.extend(seen)
+    rank = shown_rank(scan.ranks_seen, scan.with_loss)
+    if len(scan.ranks_seen) > 1:
+        series.notes.append(f"records of ranks {sorted(scan.ranks_seen)} found; showing rank {rank}")
+    if not scan.in_order or len(scan.ranks_seen) > 1:
+        series = _reread(path, _shown(scan, rank), series.notes)
+    series.finish()
+    if scan.cut:
+        series.notes.append("the last line of metrics.jsonl is half-written (run still going or killed); "
+                            "it was skipped")
+    if scan.bad:
+        series.notes.append(f"{scan.bad} unreadable line(s) of metrics.jsonl skipped")
+    return series
+
+
+def _read_part(path: Path, start: int, stop: int) -> tuple[RunSeries, _Scan]:
+    """The records of the lines starting in bytes [start, stop) as sketches (while they come in step order, of one
+    rank), and what the second pass needs of each."""
     scan = _Scan()
     series = RunSeries()
     previous: int | None = None
-    for step, row in _rows(path, scan):
+    for step, row in _rows(path, scan, start, stop):
         rank = row.get("rank")
         if type(rank) is int:
             scan.ranks.append(rank)
@@ -145,18 +196,8 @@ def read_run_series(path: Path) -> RunSeries:
         previous = step
         if scan.in_order and len(scan.ranks_seen) <= 1:
             series.add(step, row)
-    rank = shown_rank(scan.ranks_seen, scan.with_loss)
-    if len(scan.ranks_seen) > 1:
-        series.notes.append(f"records of ranks {sorted(scan.ranks_seen)} found; showing rank {rank}")
-    if not scan.in_order or len(scan.ranks_seen) > 1:
-        series = _reread(path, _shown(scan, rank), series.notes)
     series.finish()
-    if scan.cut:
-        series.notes.append("the last line of metrics.jsonl is half-written (run still going or killed); "
-                            "it was skipped")
-    if scan.bad:
-        series.notes.append(f"{scan.bad} unreadable line(s) of metrics.jsonl skipped")
-    return series
+    return series, scan
 
 
 def _shown(scan: _Scan, rank: int | None) -> tuple[Callable[[int], bool], bool]:

@@ -85,9 +85,46 @@ class SeriesSketch:
         if self._pending_count >= CHUNK:
             self._fold()
 
+    def extend(self, other: SeriesSketch) -> None:
+        """``other``'s values appended (they came after this sketch's: the next part of a file)."""
+        if not other.count:
+            return
+        self.count += other.count
+        self.first = self.first or other.first
+        self.last = other.last
+        for (number, kind), step in sorted(other._marks.items()):
+            self._mark_at(self._nonfinite + number * other._mark_width, kind, step)
+        self._nonfinite += other._nonfinite
+        self._kept.extend(other._kept)
+        if not self._folded and not other._folded:
+            self._pending.extend(other._pending)
+            self._pending_count += other._pending_count
+            self.finite += other.finite
+            if self._pending_count >= CHUNK:
+                self._fold()
+            return
+        self._fold()
+        other._fold()
+        while self._width < other._width:
+            self._widen()
+        for number, bucket in other._buckets:
+            at = (self.finite + number * other._width) // self._width
+            if self._buckets and self._buckets[-1][0] >= at:
+                self._buckets[-1] = (self._buckets[-1][0], _merge(self._buckets[-1][1], bucket))
+            else:
+                self._buckets.append((at, bucket))
+        self.finite += other.finite
+        while self._buckets and self._buckets[-1][0] >= self.max_buckets:
+            self._widen()
+        self._folded = True
+
     def _mark(self, step: int, value: float) -> None:
-        key = (self._nonfinite // self._mark_width, nonfinite_kind(value) or "nan")
         self._nonfinite += 1
+        self._mark_at(self._nonfinite - 1, nonfinite_kind(value) or "nan", step)
+
+    def _mark_at(self, ordinal: int, kind: str, step: int) -> None:
+        """The ``ordinal``-th non-finite value, of ``kind``, at ``step``."""
+        key = (ordinal // self._mark_width, kind)
         self._marks.setdefault(key, step)
         if len(self._marks) > 3 * self.max_buckets:
             self._mark_width *= 2
