@@ -110,3 +110,34 @@ def test_a_file_read_in_parts_by_several_processes_draws_what_one_reader_draws(t
         assert (min(split.y), max(split.y)) == (min(one.y), max(one.y)), metric
         assert (split.x[0], split.x[-1]) == (one.x[0], one.x[-1]) and len(split.x) <= 4000, metric
     assert parted.sketch("throughput").kept().tolist() == whole.sketch("throughput").kept().tolist()
+
+
+def test_a_resumed_runs_detectors_start_from_the_last_records_before_its_step(tmp_path: Path) -> None:
+    from msmon.health.replay import history
+
+    run_dir = long_run(tmp_path / "p" / "long", RECORDS)
+    with (run_dir / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": "x"}\n{"step": 7, "loss": 1')  # a bad record and a half-written line: skipped
+    kept = history(run_dir, 15_000, limit=100)
+    assert [record["step"] for record in kept] == list(range(14_901, 15_001))
+    assert history(tmp_path / "missing", 10) == []
+
+
+def test_the_median_sample_is_every_value_then_an_even_sample_however_it_is_fed() -> None:
+    import numpy as np
+
+    from msmon.view.sketch import KEEP_MAX, EvenSample
+
+    small = EvenSample()
+    small.add(np.arange(1000.0))
+    assert small.values().tolist() == list(range(1000))
+    whole, pieces, first, second = EvenSample(), EvenSample(), EvenSample(), EvenSample()
+    values = np.arange(300_000.0)
+    whole.add(values)
+    for start in range(0, len(values), 7777):
+        pieces.add(values[start:start + 7777])
+    first.add(values[:170_001])
+    second.add(values[170_001:])
+    first.extend(second)
+    assert whole.stride == 4 and len(whole.values()) <= KEEP_MAX
+    assert whole.values().tolist() == values[::4].tolist() == pieces.values().tolist() == first.values().tolist()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,7 +26,7 @@ from msmon.reference.band import reference_band
 from msmon.reference.sources.run_dir import run_global_batch
 from msmon.run_record import recorded
 from msmon.step_cost import StepCost, read_costs
-from msmon.util.jsonfiles import read_jsonl
+from msmon.util.jsonfiles import iter_jsonl
 
 logger = logging.getLogger("msmon")
 
@@ -33,21 +34,20 @@ WARM_RECORDS = 5000  # a resumed run's detectors start from at most this many re
 
 
 def history(run_dir: Path, up_to_step: int, limit: int = WARM_RECORDS) -> list[dict[str, Any]]:
-    """The last ``limit`` records of the run's metrics.jsonl up to ``up_to_step`` (unreadable lines skipped): what
-    a resumed run's detectors start from."""
+    """The last ``limit`` records of the run's metrics.jsonl up to ``up_to_step`` (unreadable lines skipped; the file
+    streamed, at most ``limit`` records held): what a resumed run's detectors start from."""
+    kept: deque[dict[str, Any]] = deque(maxlen=limit)
     try:
-        lines = read_jsonl(run_dir / layout.METRICS)
+        for line in iter_jsonl(run_dir / layout.METRICS):
+            try:
+                record = check_record(line.row, str(run_dir / layout.METRICS)) if line.row is not None else None
+            except MsmonError:
+                continue
+            if record is not None and record["step"] <= up_to_step:
+                kept.append(record)
     except OSError:
         return []
-    kept = []
-    for data in lines.rows:
-        try:
-            record = check_record(data, str(run_dir / layout.METRICS))
-        except MsmonError:
-            continue
-        if record["step"] <= up_to_step:
-            kept.append(record)
-    return kept[-limit:]
+    return list(kept)
 
 
 def resume_steps(run_dir: Path) -> list[int]:

@@ -1,6 +1,6 @@
 """A run's metrics.jsonl read once as a stream into one ``SeriesSketch`` per metric: the memory of a report does not
 grow with the run. One record per step is shown (the last one wins after a resume), of one rank (``shown_rank``);
-when the file holds several ranks or a step logged twice, a second pass reads only the records shown."""
+when the file holds several ranks or a step logged twice, two more passes find and read only the records shown."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from msmon.util.split_read import map_ranges, parts_for
 from msmon.view.sketch import SeriesSketch
 
 NOT_METRICS = frozenset({"step", "time", "rank"})
-#: Metrics whose median a page shows (and the gradient norms by group: the heatmap's baseline): every finite value is
-#: kept, 8 bytes each.
+#: Metrics whose median a page shows (and the gradient norms by group: the heatmap's baseline): their sketches keep
+#: an even sample of the values (every value up to 131,072, msmon.view.sketch.EvenSample).
 MEDIAN_METRICS = frozenset({"throughput", "tflops_per_device", "mfu"})
 NO_RANK = -(2**62)
 NUMBER_TYPES = frozenset({int, float})
@@ -107,23 +107,36 @@ def _keys(rows: list[dict[str, Any]]) -> list[str]:
 
 @dataclass
 class _Scan:
-    """What the first pass saw of every record with a step: its step and rank, in file order."""
+    """What the first pass saw of the records (of a part of the file): their ranks, whether each step came after
+    the one before, the lines it could not read."""
 
-    steps: array[int] = field(default_factory=lambda: array("q"))
-    ranks: array[int] = field(default_factory=lambda: array("q"))
+    first: int | None = None
+    last: int | None = None
     ranks_seen: set[int] = field(default_factory=set)
     with_loss: set[int] = field(default_factory=set)
     in_order: bool = True  # each step after the one before
     bad: int = 0
     cut: bool = False
 
+    def see(self, step: int, row: dict[str, Any]) -> None:
+        """One more record."""
+        rank = row.get("rank")
+        if type(rank) is int:
+            self.ranks_seen.add(rank)
+            if "loss" in row:
+                self.with_loss.add(rank)
+        if self.last is not None and step <= self.last:
+            self.in_order = False
+        self.first = step if self.first is None else self.first
+        self.last = step
+
     def extend(self, other: _Scan) -> None:
         """``other``'s records appended (the next part of the file)."""
-        if self.steps and other.steps and other.steps[0] <= self.steps[-1]:
+        if self.last is not None and other.first is not None and other.first <= self.last:
             self.in_order = False
         self.in_order = self.in_order and other.in_order
-        self.steps.extend(other.steps)
-        self.ranks.extend(other.ranks)
+        self.first = self.first if self.first is not None else other.first
+        self.last = other.last if other.last is not None else self.last
         self.ranks_seen |= other.ranks_seen
         self.with_loss |= other.with_loss
         self.bad += other.bad
@@ -165,7 +178,7 @@ def read_run_series(path: Path) -> RunSeries:
     if len(scan.ranks_seen) > 1:
         series.notes.append(f"records of ranks {sorted(scan.ranks_seen)} found; showing rank {rank}")
     if not scan.in_order or len(scan.ranks_seen) > 1:
-        series = _reread(path, _shown(scan, rank), series.notes)
+        series = _reread(path, _shown(path, rank), series.notes)
     series.finish()
     if scan.cut:
         series.notes.append("the last line of metrics.jsonl is half-written (run still going or killed); "
@@ -177,34 +190,27 @@ def read_run_series(path: Path) -> RunSeries:
 
 def _read_part(path: Path, start: int, stop: int) -> tuple[RunSeries, _Scan]:
     """The records of the lines starting in bytes [start, stop) as sketches (while they come in step order, of one
-    rank), and what the second pass needs of each."""
+    rank), and what the first pass saw of them."""
     scan = _Scan()
     series = RunSeries()
-    previous: int | None = None
     for step, row in _rows(path, scan, start, stop):
-        rank = row.get("rank")
-        if type(rank) is int:
-            scan.ranks.append(rank)
-            scan.ranks_seen.add(rank)
-            if "loss" in row:
-                scan.with_loss.add(rank)
-        else:
-            scan.ranks.append(NO_RANK)
-        scan.steps.append(step)
-        if previous is not None and step <= previous:
-            scan.in_order = False
-        previous = step
+        scan.see(step, row)
         if scan.in_order and len(scan.ranks_seen) <= 1:
             series.add(step, row)
     series.finish()
     return series, scan
 
 
-def _shown(scan: _Scan, rank: int | None) -> tuple[Callable[[int], bool], bool]:
+def _shown(path: Path, rank: int | None) -> tuple[Callable[[int], bool], bool]:
     """Whether the n-th record (file order) is shown (of the shown rank or naming none, the last of its step), and
-    whether the shown records come in step order in the file."""
-    steps = np.frombuffer(scan.steps, dtype=np.int64)
-    ranks = np.frombuffer(scan.ranks, dtype=np.int64)
+    whether the shown records come in step order in the file: a pass over every record's step and rank."""
+    at: array[int] = array("q")
+    of: array[int] = array("q")
+    for step, row in _rows(path, _Scan()):
+        at.append(step)
+        of.append(row["rank"] if type(row.get("rank")) is int else NO_RANK)
+    steps = np.frombuffer(at, dtype=np.int64)
+    ranks = np.frombuffer(of, dtype=np.int64)
     eligible = np.flatnonzero((ranks == NO_RANK) | (ranks == (NO_RANK if rank is None else rank)))
     _, last_from_end = np.unique(steps[eligible][::-1], return_index=True)
     keep = np.zeros(len(steps), dtype=bool)

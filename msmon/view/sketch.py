@@ -17,6 +17,7 @@ from msmon.util.numbers import nonfinite_kind
 
 MAX_POINTS = 4000
 CHUNK = 65536  # values gathered before they are folded into buckets
+KEEP_MAX = 131072  # values kept for a median, 1 MiB
 
 # a bucket: (first step, first value, min step, min value, max step, max value, last step, last value)
 Bucket = tuple[int, float, int, float, int, float, int, float]
@@ -35,6 +36,47 @@ class DrawSeries:
         return {"x": self.x, "y": self.y, "nonfinite": [list(p) for p in self.nonfinite], "total": self.total}
 
 
+class EvenSample:
+    """A series' finite values for a median in bounded memory: every value up to ``KEEP_MAX`` of them, beyond that
+    every 2nd, then every 4th, ... (an even sample of the whole series)."""
+
+    def __init__(self) -> None:
+        self.stride = 1
+        self.seen = 0
+        self._parts: list[np.ndarray] = []
+        self._count = 0
+
+    def add(self, values: np.ndarray) -> None:
+        """The next values: those whose ordinal in the series is a multiple of the stride are kept."""
+        taken = values[(-self.seen) % self.stride::self.stride]
+        self.seen += len(values)
+        self._keep(taken)
+
+    def extend(self, other: EvenSample) -> None:
+        """``other``'s values appended (they came after this sample's)."""
+        while self.stride < other.stride:
+            self._thin()
+        theirs = other.values()
+        ordinals = self.seen + other.stride * np.arange(len(theirs))
+        self.seen += other.seen
+        self._keep(theirs[ordinals % self.stride == 0])
+
+    def values(self) -> np.ndarray:
+        return np.concatenate(self._parts) if self._parts else np.empty(0)
+
+    def _keep(self, taken: np.ndarray) -> None:
+        if len(taken):
+            self._parts.append(taken)
+            self._count += len(taken)
+        while self._count > KEEP_MAX:
+            self._thin()
+
+    def _thin(self) -> None:
+        """Every other kept value (the ordinals kept are multiples of the doubled stride)."""
+        kept = self.values()[::2]
+        self._parts, self._count, self.stride = [kept], len(kept), self.stride * 2
+
+
 def _merge(a: Bucket, b: Bucket) -> Bucket:
     """The bucket of ``a``'s values followed by ``b``'s."""
     low = a[2:4] if a[3] <= b[3] else b[2:4]
@@ -43,8 +85,8 @@ def _merge(a: Bucket, b: Bucket) -> Bucket:
 
 
 class SeriesSketch:
-    """One metric's values in step order (``add``), drawn with ``draw``; ``keep_values`` also keeps every finite
-    value (``kept``, for a median), which costs 8 bytes a value."""
+    """One metric's values in step order (``add``), drawn with ``draw``; ``keep_values`` also keeps an even sample of
+    its finite values for a median (``kept``: all of them up to ``KEEP_MAX``)."""
 
     def __init__(self, max_points: int = MAX_POINTS, keep_values: bool = False) -> None:
         self.max_buckets = max(1, max_points // 4)
@@ -53,8 +95,7 @@ class SeriesSketch:
         self.finite = 0
         self.first: tuple[int, float] | None = None
         self.last: tuple[int, float] | None = None
-        self._keep = keep_values
-        self._kept: list[np.ndarray] = []
+        self._sample = EvenSample() if keep_values else None
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # finite (steps, values) not yet folded
         self._pending_count = 0
         self._width = 1  # values per bucket
@@ -77,8 +118,8 @@ class SeriesSketch:
             for index in np.flatnonzero(~finite).tolist():
                 self._mark(int(steps[index]), float(values[index]))
             steps, values = steps[finite], values[finite]
-        if self._keep:
-            self._kept.append(values)
+        if self._sample is not None:
+            self._sample.add(values)
         self.finite += len(values)
         self._pending.append((steps, values))
         self._pending_count += len(values)
@@ -95,7 +136,8 @@ class SeriesSketch:
         for (number, kind), step in sorted(other._marks.items()):
             self._mark_at(self._nonfinite + number * other._mark_width, kind, step)
         self._nonfinite += other._nonfinite
-        self._kept.extend(other._kept)
+        if self._sample is not None and other._sample is not None:
+            self._sample.extend(other._sample)
         if not self._folded and not other._folded:
             self._pending.extend(other._pending)
             self._pending_count += other._pending_count
@@ -134,8 +176,8 @@ class SeriesSketch:
             self._marks = merged
 
     def kept(self) -> np.ndarray:
-        """Every finite value (empty unless ``keep_values``)."""
-        return np.concatenate(self._kept) if self._kept else np.empty(0)
+        """The finite values kept for a median (``EvenSample``; empty unless ``keep_values``)."""
+        return self._sample.values() if self._sample is not None else np.empty(0)
 
     def _fold(self) -> None:
         """Fold the pending values into buckets, widening the buckets while there are too many."""
