@@ -2,7 +2,8 @@
 each cell log10(norm / the group's median over the run), so a block that runs away from its own usual level shows
 while the others stay pale. Long runs are split into at most ``max_columns`` step buckets (of each group's sketch,
 ``msmon.view.sketch``); each bucket keeps its value farthest from the baseline (its lowest or its highest: a one-log
-spike stays visible), and a non-finite value wins its bucket. The baseline is the median of an even sample of each group's values (all of them up to 131,072)."""
+spike stays visible), and a non-finite value wins its bucket. The baseline is the median of an even sample of each
+group's values (all of them up to 131,072)."""
 
 from __future__ import annotations
 

@@ -198,6 +198,8 @@ def _read_part(path: Path, start: int, stop: int) -> tuple[RunSeries, _Scan]:
         if scan.in_order and len(scan.ranks_seen) <= 1:
             series.add(step, row)
     series.finish()
+    for sketch in series.columns.values():
+        sketch.compact()
     return series, scan
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from msmon.util.numbers import nonfinite_kind
 
 MAX_POINTS = 4000
-CHUNK = 65536  # values gathered before they are folded into buckets
+CHUNK = 16384  # values gathered before they are folded into buckets
 KEEP_MAX = 131072  # values kept for a median, 1 MiB
 
 # a bucket: (first step, first value, min step, min value, max step, max value, last step, last value)
@@ -159,6 +159,12 @@ class SeriesSketch:
         while self._buckets and self._buckets[-1][0] >= self.max_buckets:
             self._widen()
         self._folded = True
+
+    def compact(self) -> None:
+        """Fold the gathered values now when they will be drawn as buckets anyway (before the sketch travels to
+        another process: its pickle is then a few thousand buckets)."""
+        if self.finite > self.max_points:
+            self._fold()
 
     def _mark(self, step: int, value: float) -> None:
         self._nonfinite += 1
