@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -203,8 +203,8 @@ def _read_part(path: Path, start: int, stop: int) -> tuple[RunSeries, _Scan]:
     return series, scan
 
 
-def _shown(path: Path, rank: int | None) -> tuple[Callable[[int], bool], bool]:
-    """Whether the n-th record (file order) is shown (of the shown rank or naming none, the last of its step), and
+def _shown(path: Path, rank: int | None) -> tuple[np.ndarray, bool]:
+    """Whether each record (file order) is shown (of the shown rank or naming none, the last of its step), and
     whether the shown records come in step order in the file: a pass over every record's step and rank."""
     at: array[int] = array("q")
     of: array[int] = array("q")
@@ -218,17 +218,19 @@ def _shown(path: Path, rank: int | None) -> tuple[Callable[[int], bool], bool]:
     keep = np.zeros(len(steps), dtype=bool)
     keep[eligible[len(eligible) - 1 - last_from_end]] = True
     in_order = bool(np.all(np.diff(steps[keep]) > 0))
-    return keep.__getitem__, in_order
+    return keep, in_order
 
 
-def _reread(path: Path, shown: tuple[Callable[[int], bool], bool], notes: list[str]) -> RunSeries:
+def _reread(path: Path, shown: tuple[np.ndarray, bool], notes: list[str]) -> RunSeries:
     """The second pass: the shown records only, in step order (held until the end only when the file has them out
     of order: an attempt that logged fewer steps than the one it resumed had logged past its checkpoint)."""
-    is_shown, in_order = shown
+    keep, in_order = shown
     series = RunSeries(notes=notes)
     held: dict[int, dict[str, Any]] = {}
     for number, (step, row) in enumerate(_rows(path, _Scan())):
-        if not is_shown(number):
+        if number >= len(keep):  # a run still going logged more since the pass before: left for the next read
+            break
+        if not keep[number]:
             continue
         if in_order:
             series.add(step, row)
