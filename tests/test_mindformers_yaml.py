@@ -253,12 +253,14 @@ def test_an_override_reaches_into_a_list_by_index() -> None:
     CheckpointMonitor entry (was: "Cannot merge incompatible container types"); an index past the list is one line."""
     from msmon.errors import ExitCode
 
-    resolved = load_config("quickstart", ["callbacks.1.save_checkpoint_steps=50",
-                                          "callbacks[1].keep_checkpoint_max=4"]).resolved()
-    saving = resolved["callbacks"][1]
-    assert (saving["type"], saving["save_checkpoint_steps"], saving["keep_checkpoint_max"]) == \
-        ("CheckpointMonitor", 50, 4)
-    assert resolved["callbacks"][0] == {"type": "MFLossMonitor"}
+    loaded = load_config("quickstart", ["callbacks.1.save_checkpoint_steps=50", "callbacks[1].keep_checkpoint_max=4",
+                                        "callbacks.0.per_print_times=2"])
+    handed = mindformers_config(loaded)  # what mindformers gets (was: the dot-index overrides silently dropped)
+    for config in (loaded.resolved(), handed):
+        saving = config["callbacks"][1]
+        assert (saving["type"], saving["save_checkpoint_steps"], saving["keep_checkpoint_max"]) == \
+            ("CheckpointMonitor", 50, 4)
+        assert config["callbacks"][0] == {"type": "MFLossMonitor", "per_print_times": 2}
     with pytest.raises(MsmonError) as caught:
         load_config("quickstart", ["callbacks.9.save_checkpoint_steps=50"])
     assert caught.value.exit_code == ExitCode.USAGE and "callbacks.9.save_checkpoint_steps" in str(caught.value)

@@ -16,6 +16,7 @@ applied), so plain mindformers loads it too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     """The config mindformers gets (a plain dict; see the module docstring)."""
     resolved = loaded.resolved()
     parsed = yaml.safe_load(loaded.text) if loaded.text is not None else resolved
-    merged = _prefer_parsed(parsed, resolved, "", loaded.override_keys)
+    merged = _prefer_parsed(parsed, resolved, "", {_indexed(key) for key in loaded.override_keys})
     training, _ = split_monitor_config(merged)
     if "monitor_config" not in merged and training["monitor_config"] == {"monitor_on": False}:
         del training["monitor_config"]  # mindformers' template supplies the same defaults
@@ -113,10 +114,16 @@ def render(training: Mapping[str, Any], note: str = "") -> str:
                                           default_flow_style=False)
 
 
+def _indexed(path: str) -> str:
+    """A key path with its list indexes in brackets: ``callbacks.1.prefix`` (a dotlist override's spelling) and
+    ``callbacks[1].prefix`` are one key."""
+    return re.sub(r"\.(\d+)(?=\.|\[|$)", r"[\1]", path)
+
+
 def _prefer_parsed(parsed: Any, resolved: Any, path: str, overrides: set[str]) -> Any:
     """``resolved`` (OmegaConf's view) with every value that is neither an interpolation nor overridden taken from
-    ``parsed`` (PyYAML's view, mindformers' own)."""
-    if path in overrides or parsed is _MISSING:
+    ``parsed`` (PyYAML's view, mindformers' own); ``overrides``: the overridden key paths, ``_indexed``."""
+    if _indexed(path) in overrides or parsed is _MISSING:
         return resolved
     if isinstance(resolved, Mapping):
         if not isinstance(parsed, Mapping):
