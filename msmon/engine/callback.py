@@ -1,12 +1,14 @@
 """The training-thread side: a MindSpore Callback that counts steps and hands one record per logged step.
 
 Non-logging steps cost a counter, a monotonic timestamp at the step's begin and one at its end, a stop-flag
-check, a probe flag check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there).
-Logging steps read the needed Tensors once (the held ones too: their interval mean/max and the flight recorder's
-per-step values), build one flat dict and put it in the writer's queue, and look for a probe request (one
-``os.stat``, the one file access here: msmon.engine.probe); the rest of the I/O is elsewhere. While a probe's
-window is open, its steps call the probe. A rank that does not write the metrics (``reduced``) builds the same
-record of loss, grad_norm and overflow only, for its own heartbeat (docs/health.md, "Distributed runs").
+check, a probe flag check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there);
+the step before a logging step also copies the trained weights when the layer summaries are on (queued device
+copies, never read: msmon.engine.layer_summaries). Logging steps read the needed Tensors once (the held ones too:
+their interval mean/max and the flight recorder's per-step values), build one flat dict and put it in the writer's
+queue, and look for a probe request (one ``os.stat``, the one file access here: msmon.engine.probe); the rest of the
+I/O is elsewhere. While a probe's window is open, its steps call the probe. A rank that does not write the metrics
+(``reduced``) builds the same record of loss, grad_norm and overflow only, for its own heartbeat (docs/health.md,
+"Distributed runs").
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from msmon.engine.flight import VALUES as FLIGHT_VALUES
 from msmon.engine.flight import FlightRecorder
 from msmon.engine.grad_groups import GradGroups, groups_of_network
 from msmon.engine.held import SCALARS, Held, HeldSteps, step_values
+from msmon.engine.layer_summaries import LayerSummaries, summaries_of_network
 from msmon.engine.probe.runner import ProbeRunner
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
 from msmon.engine.step_clock import StepClock, watch_step_end
@@ -89,6 +92,9 @@ class StepObserver:
         self._offset: int | None = None  # steps trained before this process (a resumed run), known at the first step
         self.layer_norms = "layer_grad_norm" in self._metrics
         self._groups: GradGroups | None | bool = None  # looked up at the first logging step; False: unavailable
+        # weight_norm/<group>, update_ratio/<group>: with layer_grad_norm or on their own, on the writing rank
+        self._summarise = put is not None and bool(self._metrics & {"layer_grad_norm", "layer_update_ratio"})
+        self._summaries: LayerSummaries | None = None  # built at the first step end
         self._stats = self._interval > 1 and bool(self._metrics & {"loss", "grad_norm"})
         self._flight = flight if put is not None and flight is not None and flight.steps > 0 else None
         # the steps since the last log hold their net_outputs, unread until the logging step
@@ -131,6 +137,8 @@ class StepObserver:
             self._bucket = self._offset // self._interval
             self._clock.first_step(self._offset)
             self._plan(cb_params, self._offset)
+            if self._summarise:
+                self._summaries = summaries_of_network(cb_params.get("train_network") or cb_params.get("network"))
         step = cb_params.cur_step_num + self._offset
         progress = self._progress
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
@@ -150,6 +158,8 @@ class StepObserver:
                 probes.at_logging_step(step)
         elif self._held is not None:  # a reference to the step's outputs, unread: a read here would be a device sync
             self._held.hold(Held(step, now, seconds, cb_params.get("net_outputs")))
+        if self._summaries is not None and (step + 1) // self._interval != bucket:  # the next step is a logging step
+            self._summaries.snapshot()
         return self._stop.stop is not None
 
     def end(self) -> None:
@@ -181,6 +191,8 @@ class StepObserver:
         record.update((key, value) for key, value in values.items() if key in wanted or key not in SCALARS)
         if "loss" in wanted:  # an mcore model's lm / aux / MTP losses, when mindformers reports them
             record.update({key: self._loss(value) for key, value in loss_parts.take().items()})
+        if self._summaries is not None:
+            record.update(self._summaries.at_logging_step())
         if "local_norm" in wanted and parts.get("local_norm") is not None:
             record["local_norm"] = to_max(parts["local_norm"])
         held = [self._read_held(h, groups) for h in self._held.drain()] if self._held is not None else []
@@ -277,6 +289,8 @@ class StepObserver:
         present = set(record)
         if self._groups is not None:  # recorded as grad_norm/<group>, or its absence already explained
             present.add("layer_grad_norm")
+        if self._summarise:  # from the second logging step at log_interval 1, or its absence already explained
+            present.add("layer_update_ratio")
         warn_absent(self._metrics, present, self._config)
 
 

@@ -27,6 +27,7 @@ METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "step_time_ms": ("step_time_ms", "step_inside_ms", "step_outside_ms"),
     "host_memory_mb": ("host_memory_mb", "device_memory_mb", "device_memory_peak_mb"),
     "layer_grad_norm": (),  # grad_norm/<group>: the groups are known only once the model is built
+    "layer_update_ratio": (),  # weight_norm/<group>, update_ratio/<group>: as layer_grad_norm
 }
 
 

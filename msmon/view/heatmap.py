@@ -1,7 +1,8 @@
-"""The per-group gradient norms (``grad_norm/<group>`` of ``layer_grad_norm``) as a heatmap: groups x steps,
-each cell log10(norm / the group's median over the run), so a block that runs away from its own usual level shows
-while the others stay pale. Long runs are split into at most ``max_columns`` step buckets; each bucket keeps its
-value farthest from the baseline (a one-log spike stays visible), and a non-finite value wins its bucket."""
+"""A per-group series as a heatmap: groups x steps, each cell log10(value / the group's median over the run), so a
+block that runs away from its own usual level shows while the others stay pale. Drawn for the gradient norms
+(``grad_norm/<group>`` of ``layer_grad_norm``) and the update ratios (``update_ratio/<group>``). Long runs are
+split into at most ``max_columns`` step buckets; each bucket keeps its value farthest from the baseline (a one-log
+spike stays visible), and a non-finite value wins its bucket."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from msmon.view.series import RunData
 MAX_COLUMNS = 600
 
 
-def groups_of(run: RunData) -> list[str]:
-    """The run's gradient-norm groups in the order the records hold them (the callback writes display order)."""
+def groups_of(run: RunData, prefix: str = GROUP_NORM_PREFIX) -> list[str]:
+    """The run's groups of ``prefix`` in the order the records hold them (the callback writes display order)."""
     seen: dict[str, None] = {}
     for record in run.records:
         for key in record:
-            group = norm_group(key)
+            group = norm_group(key, prefix)
             if group is not None:
                 seen.setdefault(group, None)
     return list(seen)
@@ -45,14 +46,14 @@ def _strength(cell: float | str | None) -> float:
     return math.inf if isinstance(cell, str) else abs(cell)
 
 
-def heatmap(run: RunData, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
+def heatmap(run: RunData, max_columns: int = MAX_COLUMNS, prefix: str = GROUP_NORM_PREFIX) -> dict[str, Any] | None:
     """``{"groups", "baseline", "starts", "ends", "cells"}`` (``cells[g][c]``: group g in step bucket c), or None
-    when the run recorded no group norms."""
-    groups = groups_of(run)
-    rows = [r for r in run.records if any(norm_group(k) is not None for k in r)]
+    when the run recorded no series of ``prefix``."""
+    groups = groups_of(run, prefix)
+    rows = [r for r in run.records if any(norm_group(k, prefix) is not None for k in r)]
     if not groups or not rows:
         return None
-    values = {g: [as_number(r.get(GROUP_NORM_PREFIX + g)) for r in rows] for g in groups}
+    values = {g: [as_number(r.get(prefix + g)) for r in rows] for g in groups}
     baseline: dict[str, float | None] = {}
     for group, series in values.items():
         usable = [v for v in series if v is not None and math.isfinite(v) and v > 0]
