@@ -21,6 +21,8 @@ from msmon.util.jsonfiles import read_json_object, read_objects
 
 #: The window when ``msmon probe`` is not given ``--steps``.
 DEFAULT_STEPS = 5
+#: The distributions probe's logging steps when ``msmon probe`` is not given ``--logs``.
+DEFAULT_LOGS = 3
 MAX_STEPS = 1000
 
 
@@ -28,6 +30,7 @@ class ProbeKind(StrEnum):
     """What a probe measures."""
 
     PROFILE = "profile"  # MindSpore's profiler: operator times (msmon.engine.probe.profile)
+    DISTRIBUTIONS = "distributions"  # histograms of each layer group's weights and updates (its steps count logs)
 
 
 class ProbeState(StrEnum):

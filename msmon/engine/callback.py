@@ -137,8 +137,11 @@ class StepObserver:
             self._bucket = self._offset // self._interval
             self._clock.first_step(self._offset)
             self._plan(cb_params, self._offset)
+            network = cb_params.get("train_network") or cb_params.get("network")
             if self._summarise:
-                self._summaries = summaries_of_network(cb_params.get("train_network") or cb_params.get("network"))
+                self._summaries = summaries_of_network(network)
+            if self._probes is not None:  # the distributions probe reads its weights
+                self._probes.network = network
         step = cb_params.cur_step_num + self._offset
         progress = self._progress
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset

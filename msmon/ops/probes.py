@@ -29,21 +29,25 @@ from msmon.status import RunStatus
 @dataclass(frozen=True)
 class ProbeListing:
     """The current request (None without one), its marks, the ranks that have not taken it yet (empty when the run
-    is no longer running: nothing will take it) and the profiles in ``profiles/`` (relative paths)."""
+    is no longer running: nothing will take it), the profiles in ``profiles/`` and the histograms in
+    ``distributions/`` (relative paths)."""
 
     request: ProbeRequest | None
     marks: dict[int, ProbeMark]
     pending: list[int]
     profiles: list[str]
+    distributions: list[str]
 
     def lines(self) -> list[str]:
         """What ``msmon status`` prints: the profiles, then the current request and each rank's outcome."""
         found = [f"profiles: {', '.join(self.profiles)}"] if self.profiles else []
+        found += [f"distributions: {', '.join(self.distributions)}"] if self.distributions else []
         if self.request is None:
             return found
         request = self.request
         ranks = "every rank" if request.ranks is None else f"rank(s) {', '.join(map(str, request.ranks))}"
-        found.append(f"probe {request.id}: {request.kind.value}, {request.steps} step(s), {ranks}")
+        span = "logging step(s)" if request.kind is ProbeKind.DISTRIBUTIONS else "step(s)"
+        found.append(f"probe {request.id}: {request.kind.value}, {request.steps} {span}, {ranks}")
         for rank, mark in sorted(self.marks.items()):
             steps = f" steps {mark.first_step}-{mark.last_step}" if mark.first_step is not None else ""
             said = f": {mark.message}" if mark.message else ""
@@ -55,7 +59,7 @@ class ProbeListing:
     def to_json(self) -> dict[str, Any]:
         return {"request": None if self.request is None else self.request.to_json(),
                 "marks": [mark.to_json() for _, mark in sorted(self.marks.items())], "pending": self.pending,
-                "profiles": self.profiles}
+                "profiles": self.profiles, "distributions": self.distributions}
 
 
 def world_size(run_dir: Path) -> int:
@@ -100,9 +104,14 @@ def probes_of(run_dir: Path, running: bool) -> ProbeListing:
         request = None
     marks = read_marks(run_dir, request.id) if request is not None else {}
     pending = pending_ranks(request, marks, world_size(run_dir)) if request is not None and running else []
-    found = [path for path in (run_dir / layout.PROFILES).glob("*/rank_*") if path.is_dir()]
-    profiles = [str(path.relative_to(run_dir)) for path in sorted(found, key=_window_order)]
-    return ProbeListing(request, marks, pending, profiles)
+    return ProbeListing(request, marks, pending, _windows(run_dir, layout.PROFILES),
+                        _windows(run_dir, layout.DISTRIBUTIONS))
+
+
+def _windows(run_dir: Path, where: str) -> list[str]:
+    """The ``<where>/<from>-<to>/rank_N`` directories of the run, by their first step."""
+    found = [path for path in (run_dir / where).glob("*/rank_*") if path.is_dir()]
+    return [str(path.relative_to(run_dir)) for path in sorted(found, key=_window_order)]
 
 
 def _window_order(path: Path) -> tuple[int, str]:
