@@ -10,6 +10,7 @@ import math
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,16 @@ from msmon import layout
 from msmon.engine.probe.distribution_files import DistributionFiles
 from msmon.engine.probe.histograms import BINS, QUANTILES, histogram
 from msmon.engine.probe.runner import ProbeRunner
-from msmon.probe import ProbeKind, ProbeState, new_request, read_marks, write_request
+from msmon.probe import (
+    ProbeKind,
+    ProbeMark,
+    ProbeState,
+    new_request,
+    read_marks,
+    read_request,
+    write_mark,
+    write_request,
+)
 
 
 def test_a_histogram_counts_every_value_and_keeps_non_finite_ones_apart() -> None:
@@ -152,3 +162,43 @@ def test_a_distributions_request_writes_weights_and_updates_at_the_next_logs(tmp
     assert lines[1]["histograms"]["weights/head"]["quantiles"]["0.5"] == 3.0
     assert lines[1]["histograms"]["updates/head"]["max"] == 0.0
     assert "histograms of weights and updates of 3 group(s) at logging step(s) 10, 15" in mark.message
+
+
+def alert(detector: str, step: int) -> Any:
+    from msmon.health.alert import Alert
+
+    return Alert(None, step, detector, "warning", "grew", {}, "alert")
+
+
+def test_an_alert_a_layer_group_explains_asks_for_histograms_of_the_next_logs(tmp_path: Path) -> None:
+    from msmon.health.probe_trigger import DistributionsOnAlert
+
+    sink = DistributionsOnAlert(tmp_path, 3, world_size=2)
+    sink.handle(alert("throughput_drop", 50))
+    assert read_request(tmp_path) is None
+    sink.handle(alert("grad_explosion", 60))
+    first = read_request(tmp_path)
+    assert first is not None and (first.kind, first.steps, first.ranks) == (ProbeKind.DISTRIBUTIONS, 3, None)
+    sink.handle(alert("loss_spike", 70))  # rank 0 and 1 have not taken it: no second request
+    assert read_request(tmp_path) == first
+    for rank in (0, 1):
+        write_mark(tmp_path, ProbeMark(first.id, first.kind, rank, ProbeState.DONE, 71, 100))
+    sink.handle(alert("nonfinite", 110))
+    second = read_request(tmp_path)
+    assert second is not None and second.id != first.id and second.kind is ProbeKind.DISTRIBUTIONS
+
+
+def test_the_health_sinks_ask_for_histograms_unless_told_not_to(tmp_path: Path) -> None:
+    from engine_support import settings
+
+    from msmon.config.health import AlertSettings, HealthSettings
+    from msmon.health import make_sinks
+    from msmon.health.probe_trigger import DistributionsOnAlert
+
+    session = types.SimpleNamespace(probes=types.SimpleNamespace(run_dir=tmp_path), world_size=1)
+    on = make_sinks(settings(tmp_path), tmp_path, session)
+    off = make_sinks(settings(tmp_path, health=HealthSettings(alerts=AlertSettings(distributions_logs=0))), tmp_path,
+                     session)
+    assert [type(s) for s in on if isinstance(s, DistributionsOnAlert)] == [DistributionsOnAlert]
+    assert not [s for s in off if isinstance(s, DistributionsOnAlert)]
+    assert not [s for s in make_sinks(settings(tmp_path), tmp_path, None) if isinstance(s, DistributionsOnAlert)]
