@@ -35,6 +35,8 @@ CONTEXT_DIR = "context"  # the flight recorder's per-step window before each ale
 PROBES = "probes"  # msmon probe's requests: probes/request.json, each rank's outcome in probes/<id>/rank_N.json
 PROBE_REQUEST = f"{PROBES}/request.json"
 PROFILES = "profiles"  # the profile probe's windows: profiles/<from>-<to>/rank_N/ (the profiler's own layout)
+DISTRIBUTIONS = "distributions"  # the distributions probe's windows: distributions/<from>-<to>/rank_N/
+DISTRIBUTIONS_FILE = "distributions.jsonl"  # msmon's own file there: one line per logging step
 PROFILE_SUMMARY = "msmon_summary.json"  # msmon's summary of one rank's profile, beside the profiler's output
 RESERVE = ".msmon-reserve"  # disk space held for the final run.json (released at the end)
 
@@ -128,6 +130,11 @@ def probe_mark(run_dir: Path, request_id: str, rank: int) -> Path:
 def probe_purpose(run_dir: Path, request_id: str) -> Path:
     """Why msmon requested a probe itself (``msmon.probe.purpose``: the baseline profile, an alert's)."""
     return run_dir / PROBES / request_id / "purpose.json"
+
+
+def distributions_dir(run_dir: Path, first_step: int, last_step: int, rank: int) -> Path:
+    """One rank's histograms of the steps ``first_step`` to ``last_step`` (msmon's, TensorBoard's, MindInsight's)."""
+    return run_dir / DISTRIBUTIONS / f"{first_step}-{last_step}" / f"rank_{rank}"
 
 
 def profile_dir(run_dir: Path, first_step: int, last_step: int, rank: int) -> Path:

@@ -8,7 +8,8 @@ before msmon's own callback (mindformers runs the config's callbacks first).
 - ``NanLossOnRank``: on one rank, from one step on, the train step's loss becomes NaN before msmon's callback
   reads it: a rank whose loss diverges while rank 0 stays finite.
 - ``DumpOutputs``: writes each step's train-step outputs (as floats) to ``logs/outputs.jsonl`` of the run directory
-  (JSON lines, rank 0), the optimizer's parameter names first: what msmon must record, read independently of msmon.
+  (JSON lines, rank 0), the optimizer's parameter names first, with each weight's squared sum and that of its change
+  since the previous step (numpy, float64): what msmon must record, read independently of msmon.
 - ``SlowHostOnRank``: on one rank, sleeps ``ms`` milliseconds in ``on_train_step_end`` of every step (as a slow
   checkpoint write would): host work outside the train step that holds the other ranks back at the next collective.
 - ``LeakHostMemory``: keeps ``mb`` MiB of written bytes at every step end: host memory that grows by exactly that
@@ -117,6 +118,7 @@ class DumpOutputs(Callback):
         # msmon points mindformers' outputs at <run dir>/logs/output: the file goes beside them
         self.path = Path(os.environ["LOCAL_DEFAULT_PATH"]).parent / "outputs.jsonl"
         self.named = False
+        self.previous: list[Any] | None = None
 
     def on_train_step_end(self, run_context: Any) -> None:
         if this_rank() != 0:
@@ -128,7 +130,20 @@ class DumpOutputs(Callback):
                 names = [p.name for p in params.train_network.optimizer.parameters]
                 handle.write(json.dumps({"names": names}) + "\n")
             outputs = [_floats(o) for o in params.net_outputs]
-            handle.write(json.dumps({"step": params.cur_step_num, "outputs": outputs}) + "\n")
+            squares, changes = self._weights(params.train_network.optimizer.parameters)
+            handle.write(json.dumps({"step": params.cur_step_num, "outputs": outputs, "weight_squares": squares,
+                                     "change_squares": changes}) + "\n")
+
+    def _weights(self, weights: Any) -> tuple[list[float], list[float] | None]:
+        """Each weight's squared sum and that of its change since the previous step (float64, numpy)."""
+        import numpy as np
+
+        now = [w.asnumpy().astype(np.float64) for w in weights]
+        squares = [float(np.sum(w * w)) for w in now]
+        changes = None if self.previous is None else [
+            float(np.sum((w - p) ** 2)) for w, p in zip(now, self.previous, strict=True)]
+        self.previous = now  # astype copies: the parameter's own memory moves on
+        return squares, changes
 
 
 def _floats(value: Any) -> list[float]:

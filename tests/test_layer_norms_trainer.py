@@ -21,6 +21,9 @@ from conftest import run_msmon
 from engine_support import read_jsonl
 from test_view_unit import page_data
 
+from msmon import layout
+from msmon.probe import ProbeState, read_marks
+
 GROUPS = ["embedding", "layers.0", "layers.1", "final_norm", "head"]
 
 
@@ -85,3 +88,25 @@ def test_the_report_heatmap_shows_the_grown_block_as_the_hot_row(grown, tmp_path
     growth = growth_alert(grown)
     assert f"<code>{growth['context_file']}</code>" in html
     assert f"grad_norm_mean={growth['values']['grad_norm_mean']:.5g}" in html and "built-in method" not in html
+
+
+def test_the_growth_alert_is_followed_by_histograms_of_the_logs_after_it(canonical):
+    """health.alerts.distributions_logs (default 3): the alert leaves a distributions probe request, rank 0 takes
+    it at its next logging step and writes the histograms of each group's weights and updates at the 3 logs after
+    it, in which block 1 (its weights rescaled every step) has the largest update for its size. (lr_1e_3 trains 240
+    steps for it; the mcore run's alert comes too close to its end at step 200.)"""
+    grown = canonical("lr_1e_3")
+    growth = growth_alert(grown)
+    (window,) = list((grown.run_dir / layout.DISTRIBUTIONS).iterdir())
+    first, last = (int(n) for n in window.name.split("-"))
+    assert growth["step"] < first and (first - 1) % grown.log_interval == 0
+    assert last - first + 1 == 3 * grown.log_interval
+    lines = read_jsonl(window / "rank_0" / layout.DISTRIBUTIONS_FILE)
+    assert [line["step"] for line in lines] == [first - 1 + 10, first - 1 + 20, first - 1 + 30] and last < grown.steps
+    for line in lines:
+        ratios = {g: math.sqrt(line["histograms"][f"updates/{g}"]["sum_squares"] /
+                               line["histograms"][f"weights/{g}"]["sum_squares"]) for g in GROUPS}
+        assert max(ratios, key=ratios.__getitem__) == "layers.1", ratios
+    (request,) = [p.name for p in (grown.run_dir / layout.PROBES).iterdir() if p.is_dir()]
+    mark = read_marks(grown.run_dir, request)[0]
+    assert mark.state is ProbeState.DONE and mark.output == str((window / "rank_0").relative_to(grown.run_dir))

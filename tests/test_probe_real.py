@@ -4,12 +4,14 @@ mechanism's units: tests/test_probe_units.py)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from msmon import layout
-from msmon.probe import ProbeState, read_marks, read_request
+from msmon.probe import ProbeMark, ProbeState, read_marks, read_request
 from msmon.probe.summary import ProfileSummary
 
 pytestmark = pytest.mark.training
@@ -19,18 +21,23 @@ INTERVAL = 10
 
 def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes_nothing(canonical,
                                                                                         tmp_path: Path) -> None:
-    """The canonical seed-1 legacy quickstart trained again, logging every 10 steps; once it has logged step 30,
-    `msmon probe RUN profile --steps 5`: rank 0 profiles exactly 5 steps from the step after its next logging step,
-    the profiler's output and msmon's summary (operators in every step) land in profiles/<from>-<to>/rank_0/, the
-    request is marked done, `msmon status` lists it, and the run ends normally with the canonical run's loss and
-    grad norm at every logged step. A training of its own: a run probed live."""
+    """The canonical seed-1 legacy quickstart trained again, logging every 10 steps (with the layer summaries); once
+    it has logged step 30, `msmon probe RUN profile --steps 5`: rank 0 profiles exactly 5 steps from the step after
+    its next logging step, the profiler's output and msmon's summary (operators in every step) land in
+    profiles/<from>-<to>/rank_0/, the request is marked done, `msmon status` lists it. Then `msmon probe RUN
+    distributions --logs 2`: histograms of each group's weights and updates at the next 2 logging steps in
+    distributions/<from>-<to>/rank_0/ (msmon's file, TensorBoard's, MindSpore's summary), whose sums of squares are
+    the layer summaries' weight norms and update ratios. The run ends normally with the canonical run's loss and grad
+    norm at every logged step. A training of its own: a run probed live."""
     from conftest import run_msmon
     from launch import Launched, msmon_env, records
 
     reference = canonical("reference_seed1_legacy")
     run_dir = tmp_path / "runs" / "canonical" / "probed"
+    metrics = "[loss,grad_norm,learning_rate,global_step,step_time_ms,layer_update_ratio]"
     overrides = ["monitor_config.run_name=probed", f"monitor_config.save_dir={tmp_path / 'runs'}",
-                 f"monitor_config.log_interval={INTERVAL}", f"tensorboard.tensorboard_dir={tmp_path / 'tb'}"]
+                 f"monitor_config.log_interval={INTERVAL}", f"tensorboard.tensorboard_dir={tmp_path / 'tb'}",
+                 f"monitor_config.track_metrics={metrics}"]
     run = Launched.start(tmp_path, "run", str(reference.config), "--plain", *overrides, env=msmon_env(tmp_path),
                          cwd=reference.cwd)
     try:
@@ -40,6 +47,12 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
         request = read_request(run_dir)
         assert request is not None and asked.stdout.startswith(f"requested {request.id}: a profile of 5 step(s)")
         mark = run.wait_for(lambda: read_marks(run_dir, request.id).get(0))
+        asked = run_msmon("probe", str(run_dir), "distributions", "--logs", "2", cwd=tmp_path)
+        assert asked.code == 0, asked.stderr
+        histograms = read_request(run_dir)
+        assert histograms is not None and histograms.id != request.id
+        assert asked.stdout.startswith(f"requested {histograms.id}: a distributions probe at 2 logging step(s)")
+        taken = run.wait_for(lambda: read_marks(run_dir, histograms.id).get(0))
         assert run.finish(kill=False) == 0, run.stderr[-2000:]
         assert run.left_behind() == []
     finally:
@@ -67,10 +80,41 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
     for step, row in probed.items():
         assert (row["loss"], row["grad_norm"]) == (canon[step]["loss"], canon[step]["grad_norm"]), step
 
+    check_distributions(run_dir, taken, probed)
     status = run_msmon("status", str(run_dir), cwd=tmp_path)
-    assert f"profiles: {mark.output}" in status.stdout and f"rank 0: done steps {first}-{last}" in status.stdout
+    assert f"profiles: {mark.output}" in status.stdout and f"distributions: {taken.output}" in status.stdout
+    assert f"rank 0: done steps {taken.first_step}-{taken.last_step}" in status.stdout
     again = run_msmon("probe", str(run_dir), "profile", cwd=tmp_path)
     assert again.code != 0 and "the run is not running (status: completed)" in again.stderr
+
+
+def check_distributions(run_dir: Path, mark: ProbeMark, records: dict[int, dict[str, Any]]) -> None:
+    """The distributions probe's window (the next 2 logs), its three files, and its figures against the records'
+    layer summaries at the same steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from test_distributions_probe_unit import summary_histograms
+
+    assert mark.state is ProbeState.DONE, mark
+    first, last = mark.first_step, mark.last_step
+    assert first is not None and last is not None and (first - 1) % INTERVAL == 0 and last - first + 1 == 2 * INTERVAL
+    steps = [first - 1 + INTERVAL, first - 1 + 2 * INTERVAL]
+    directory = run_dir / layout.DISTRIBUTIONS / f"{first}-{last}" / "rank_0"
+    assert mark.output == str(directory.relative_to(run_dir))
+    lines = [json.loads(line) for line in (directory / layout.DISTRIBUTIONS_FILE).read_text().splitlines()]
+    assert [line["step"] for line in lines] == steps
+    for line in lines:
+        row = records[line["step"]]
+        for group in ("embedding", "layers.0", "layers.1", "final_norm", "head"):
+            weights, updates = line["histograms"][f"weights/{group}"], line["histograms"][f"updates/{group}"]
+            assert weights["count"] == updates["count"] == sum(weights["counts"]) > 0
+            norm = math.sqrt(weights["sum_squares"])
+            assert norm == pytest.approx(row[f"weight_norm/{group}"], rel=1e-6)
+            assert math.sqrt(updates["sum_squares"]) / norm == pytest.approx(row[f"update_ratio/{group}"], rel=1e-4)
+            assert list(weights["quantiles"].values()) == sorted(weights["quantiles"].values())
+    events = EventAccumulator(str(directory), size_guidance={"histograms": 0})
+    events.Reload()
+    assert len(events.Tags()["histograms"]) == 10 and [e.step for e in events.Histograms("updates/layers.1")] == steps
+    assert sorted(summary_histograms(directory)) == steps
 
 
 def test_on_the_mcore_model_a_profile_is_taken_then_ctrl_c_inside_a_second_window_exits_130(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from msmon.anomaly import StopRequest
 from msmon.engine.callback import StepObserver
 from msmon.engine.probe import runner as probe_runner
 from msmon.engine.probe.profile_summary import summarize
-from msmon.engine.probe.runner import ProbeRunner, RequestWatch
+from msmon.engine.probe.runner import ProbeHost, ProbeRunner, RequestWatch
 from msmon.engine.probe.window import Phase, ProbeWindow, Window
 from msmon.engine.record import StepProgress
 from msmon.errors import MsmonError
@@ -120,8 +120,8 @@ class FakeProbe:
     calls: list[str] = []
     fail_at: str | None = None
 
-    def __init__(self, run_dir: Path, rank: int, window: Window) -> None:
-        self.output = f"fake/{window.first_step}-{window.last_step}/rank_{rank}"
+    def __init__(self, host: ProbeHost, window: Window) -> None:
+        self.output = f"fake/{window.first_step}-{window.last_step}/rank_{host.rank}"
 
     def _call(self, what: str) -> None:
         FakeProbe.calls.append(what)

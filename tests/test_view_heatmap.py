@@ -20,9 +20,9 @@ BASE = {"embedding": 0.8, "layers.0": 1.2, "layers.1": 0.9, "final_norm": 0.05, 
 
 
 def add_groups(run: Path, spike: tuple[str, int] = ("layers.1", 1210), nan: tuple[str, int] = ("head", 1500),
-               odd: str | None = None) -> None:
-    """Give every record of ``run`` per-group norms: each group at its base level (x1.5 every 7th log), ``spike``
-    x20 at one step, ``nan`` NaN at one step, and an ``odd`` group name when given."""
+               odd: str | None = None, prefix: str = "grad_norm/") -> None:
+    """Give every record of ``run`` per-group series of ``prefix``: each group at its base level (x1.5 every 7th
+    log), ``spike`` x20 at one step, ``nan`` NaN at one step, and an ``odd`` group name when given."""
     lines = (run / "metrics.jsonl").read_text().splitlines()
     out = []
     for i, line in enumerate(lines):
@@ -33,7 +33,7 @@ def add_groups(run: Path, spike: tuple[str, int] = ("layers.1", 1210), nan: tupl
                 value *= 20
             if (group, record["step"]) == nan:
                 value = math.nan
-            record[f"grad_norm/{group}"] = value
+            record[f"{prefix}{group}"] = value
         out.append(json.dumps(record))
     (run / "metrics.jsonl").write_text("\n".join(out) + "\n")
 
@@ -76,13 +76,28 @@ def test_the_report_draws_groups_as_a_heatmap_not_as_plots(tmp_path: Path) -> No
     assert "Gradient norm by group" not in build_report(load_run(make_run(tmp_path, "plain")))
 
 
+def test_the_update_ratios_are_a_second_heatmap_and_no_plots(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "updates", steps=300, every=10)
+    add_groups(run_dir, spike=("layers.0", 1210), prefix="update_ratio/")
+    add_groups(run_dir, prefix="weight_norm/")
+    html = build_report(load_run(run_dir))
+    data = page_data(html)
+    assert data["heatmap"] is None and data["update_heatmap"]["groups"] == list(GROUPS)
+    row = data["update_heatmap"]["cells"][GROUPS.index("layers.0")]
+    assert row[data["update_heatmap"]["starts"].index(1210)] == math.log10(20)
+    assert not [p for p in data["panels"] if "/" in p["metric"]]  # weight norms and ratios are no plots of their own
+    assert "Update-to-weight ratio by group (5)" in html and "Gradient norm by group" not in html
+
+
 def test_the_heatmap_renders_in_chromium_without_console_errors(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "browser", steps=2000, every=10, spike_at=None)
     add_groups(run_dir, spike=("layers.1", 15_000))
+    add_groups(run_dir, spike=("layers.0", 12_000), prefix="update_ratio/")
     report = tmp_path / "report.html"
     assert run_msmon("report", str(run_dir), "--out", str(report)).code == 0
     shot, dom = chromium_open(report, tmp_path, height=2400)
-    assert 'data-msmon-heatmap="5"' in dom and 'data-msmon-ready="5"' in dom
+    assert 'data-msmon-heatmap="5"' in dom and 'data-msmon-update-heatmap="5"' in dom
+    assert 'data-msmon-ready="5"' in dom
     compare = tmp_path / "compare.html"
     assert run_msmon("compare", str(run_dir), str(make_run(tmp_path, "other")), "--out", str(compare)).code == 0
     _, dom = chromium_open(compare, tmp_path)

@@ -142,6 +142,12 @@ METRICS: dict[str, MetricSpec] = {
             (),
             _moe_routing,
         ),
+        MetricSpec(
+            "layer_update_ratio",
+            "weight norm and update-to-weight ratio (update norm over weight norm) of each group of "
+            "layer_grad_norm, as weight_norm/<group> and update_ratio/<group>, at logging steps (on with "
+            "layer_grad_norm)",
+        ),
     )
 }
 
@@ -153,13 +159,25 @@ def is_expert_tokens(key: str) -> bool:
     """Whether a record key is one expert's token count (``moe/layer_0/expert_3``), not a layer's summary."""
     return key.startswith(MOE_PREFIX) and "/expert_" in key
 
+
 #: Record keys of the per-group gradient norms: ``grad_norm/layers.0``, ``grad_norm/embedding``, ...
 GROUP_NORM_PREFIX = "grad_norm/"
 
 
-def norm_group(key: str) -> str | None:
-    """The group of a per-group gradient norm key (``grad_norm/layers.3`` -> ``layers.3``), else None."""
-    return key[len(GROUP_NORM_PREFIX):] if key.startswith(GROUP_NORM_PREFIX) else None
+#: ... and of the layer summaries (``layer_update_ratio``): each group's weight norm and ||dw|| / ||w||.
+WEIGHT_NORM_PREFIX = "weight_norm/"
+UPDATE_RATIO_PREFIX = "update_ratio/"
+GROUP_PREFIXES = (GROUP_NORM_PREFIX, WEIGHT_NORM_PREFIX, UPDATE_RATIO_PREFIX)
+
+
+def norm_group(key: str, prefix: str = GROUP_NORM_PREFIX) -> str | None:
+    """The group of a per-group key of ``prefix`` (``grad_norm/layers.3`` -> ``layers.3``), else None."""
+    return key[len(prefix):] if key.startswith(prefix) else None
+
+
+def is_group_key(key: str) -> bool:
+    """A per-group series (gradient norm, weight norm, update ratio): drawn as a heatmap, not a plot of its own."""
+    return key.startswith(GROUP_PREFIXES)
 
 
 ALIASES: dict[str, str] = {alias: spec.name for spec in METRICS.values() for alias in spec.aliases}

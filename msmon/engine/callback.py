@@ -1,12 +1,14 @@
 """The training-thread side: a MindSpore Callback that counts steps and hands one record per logged step.
 
 Non-logging steps cost a counter, a monotonic timestamp at the step's begin and one at its end, a stop-flag
-check, a probe flag check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there).
-Logging steps read the needed Tensors once (the held ones too: their interval mean/max and the flight recorder's
-per-step values), build one flat dict and put it in the writer's queue, and look for a probe request (one
-``os.stat``, the one file access here: msmon.engine.probe); the rest of the I/O is elsewhere. While a probe's
-window is open, its steps call the probe. A rank that does not write the metrics (``reduced``) builds the same
-record of loss, grad_norm and overflow only, for its own heartbeat (docs/health.md, "Distributed runs").
+check, a probe flag check and, at log_interval > 1, a reference to the step's ``net_outputs`` (never read there);
+the step before a logging step also copies the trained weights when the layer summaries are on (queued device
+copies, never read: msmon.engine.layer_summaries). Logging steps read the needed Tensors once (the held ones too:
+their interval mean/max and the flight recorder's per-step values), build one flat dict and put it in the writer's
+queue, and look for a probe request (one ``os.stat``, the one file access here: msmon.engine.probe); the rest of the
+I/O is elsewhere. While a probe's window is open, its steps call the probe. A rank that does not write the metrics
+(``reduced``) builds the same record of loss, grad_norm and overflow only, for its own heartbeat (docs/health.md,
+"Distributed runs").
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from msmon.engine.absent import warn_absent
 from msmon.engine.flight import VALUES as FLIGHT_VALUES
 from msmon.engine.flight import FlightRecorder
 from msmon.engine.grad_groups import GradGroups, groups_of_network
+from msmon.engine.layer_summaries import LayerSummaries, summaries_of_network
 from msmon.engine.probe.runner import ProbeRunner
 from msmon.engine.record import StepProgress, canonical_metrics, interval_stats, to_float, to_max
 from msmon.engine.step_costs import StepClock, Throughput, watch_step_end
@@ -127,6 +130,9 @@ class StepObserver:
         self._bucket = 0
         self._offset: int | None = None  # steps trained before this process (a resumed run), known at the first step
         self._groups: GradGroups | None | bool = None  # looked up at the first logging step; False: unavailable
+        # weight_norm/<group>, update_ratio/<group>: with layer_grad_norm or on their own, on the writing rank
+        self._summarise = put is not None and bool(plan.metrics & {"layer_grad_norm", "layer_update_ratio"})
+        self._summaries: LayerSummaries | None = None  # built at the first step end
         self._held = HeldSteps(self.plan.interval) if plan.hold else None
         if self._flight is not None and self._held is not None:
             self._flight.pending = self._pending
@@ -162,6 +168,11 @@ class StepObserver:
             self._bucket = self._offset // self.plan.interval
             self._clock.first_step(self._offset)
             self._plan_steps(cb_params, self._offset)
+            network = cb_params.get("train_network") or cb_params.get("network")
+            if self._summarise:
+                self._summaries = summaries_of_network(network)
+            if self._probes is not None:  # the distributions probe reads its weights
+                self._probes.network = network
         step = cb_params.cur_step_num + self._offset
         progress = self._progress
         previous, previous_step = progress.last_end_monotonic, progress.last_step or self._offset
@@ -181,6 +192,8 @@ class StepObserver:
                 probes.at_logging_step(step)
         elif self._held is not None:  # a reference to the step's outputs, unread: a read here would be a device sync
             self._held.hold(Held(step, now, seconds, cb_params.get("net_outputs")))
+        if self._summaries is not None and (step + 1) // self.plan.interval != bucket:  # the next step logs
+            self._summaries.snapshot()
         return self._stop.stop is not None
 
     def end(self) -> None:
@@ -214,6 +227,8 @@ class StepObserver:
             record.update({key: self._loss(value) for key, value in take_loss_parts().items()})
         if "moe_routing" in wanted:  # tokens per expert per MoE layer since the previous logging step
             record.update(routing.take((batch_shape(cb_params, None) or (0, None))[1] or 0))
+        if self._summaries is not None:
+            record.update(self._summaries.at_logging_step())
         if "local_norm" in wanted and parts.get("local_norm") is not None:
             record["local_norm"] = to_max(parts["local_norm"])
         held = [self._read_held(h, groups) for h in self._held.drain()] if self._held is not None else []
@@ -310,6 +325,8 @@ class StepObserver:
         present = set(record)
         if self._groups is not None:  # recorded as grad_norm/<group>, or its absence already explained
             present.add("layer_grad_norm")
+        if self._summarise:  # from the second logging step at log_interval 1, or its absence already explained
+            present.add("layer_update_ratio")
         warn_absent(self.plan.metrics, present, self._config)
 
 

@@ -68,26 +68,36 @@ class GradGroups:
         position = {name: i for i, name in enumerate(names)}
         return cls(names, tuple(position[g] for g in groups))
 
+    def totals(self, values: Sequence[float]) -> dict[str, float]:
+        """Group -> the sum of its parameters' ``values`` (one per parameter, in the wrapper's order), in float64."""
+        sums = [0.0] * len(self.names)
+        for position, value in zip(self.index, values, strict=True):
+            sums[position] += value
+        return dict(zip(self.names, sums, strict=True))
+
     def norms(self, squares: Any) -> dict[str, float]:
         """``grad_norm/<group>`` -> sqrt(sum of the group's squared sums), summed in float64 on the host (NaN and
         Inf kept). ``squares``: the Tensor or array of ``net_outputs[5]`` (one read: a device sync on Ascend)."""
         values = squares.tolist() if hasattr(squares, "tolist") else list(squares)  # Tensor.tolist: 5 us, asnumpy 17
-        totals = [0.0] * len(self.names)
-        for position, value in zip(self.index, values if isinstance(values, list) else [values], strict=True):
-            totals[position] += value
-        return {GROUP_NORM_PREFIX + name: math.sqrt(total) for name, total in zip(self.names, totals, strict=True)}
+        totals = self.totals(values if isinstance(values, list) else [values])
+        return {GROUP_NORM_PREFIX + name: math.sqrt(total) for name, total in totals.items()}
 
 
-def groups_of_network(network: Any, sizes: Any) -> tuple[GradGroups | None, str]:
-    """The groups of the parameters a train-step wrapper differentiates (its ``weights``, else its optimizer's
-    ``parameters``), checked against the element counts it returned with the squared sums (``net_outputs[6]``);
-    (None, why) when they do not match: msmon never guesses which norm belongs to which parameter."""
+def trained_weights(network: Any) -> list[Any] | None:
+    """The parameters a train-step wrapper differentiates (its ``weights``, else its optimizer's ``parameters``)."""
     weights = getattr(network, "weights", None)
     if weights is None:
         weights = getattr(getattr(network, "optimizer", None), "parameters", None)
-    if weights is None:
+    return list(weights) if weights is not None else None
+
+
+def groups_of_network(network: Any, sizes: Any) -> tuple[GradGroups | None, str]:
+    """The groups of the parameters a train-step wrapper differentiates (``trained_weights``), checked against the
+    element counts it returned with the squared sums (``net_outputs[6]``); (None, why) when they do not match: msmon
+    never guesses which norm belongs to which parameter."""
+    params = trained_weights(network)
+    if params is None:
         return None, "the train-step wrapper exposes neither weights nor optimizer.parameters"
-    params = list(weights)
     counts = [int(n) for n in sizes] if isinstance(sizes, list | tuple) else []
     expected = [math.prod(int(d) for d in p.shape) for p in params]
     if counts != expected:

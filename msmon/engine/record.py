@@ -28,6 +28,7 @@ METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "host_memory_mb": ("host_memory_mb", "device_memory_mb", "device_memory_peak_mb"),
     "layer_grad_norm": (),  # grad_norm/<group>: the groups are known only once the model is built
     "moe_routing": (),  # moe/layer_<i>/...: the layers and experts are known only once the model is built
+    "layer_update_ratio": (),  # weight_norm/<group>, update_ratio/<group>: as layer_grad_norm
 }
 
 

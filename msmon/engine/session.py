@@ -78,7 +78,8 @@ class MonitorSession:
         self._callback: Any = None
         self._observer: StepObserver | None = None
         # every rank takes probe requests (msmon probe) from the run directory itself (docs/probe.md)
-        self.probes = ProbeRunner(Path(run_dir), rank, config) if settings.enable_monitor else None
+        self.probes = ProbeRunner(Path(run_dir), rank, config, settings.log_interval) if settings.enable_monitor \
+            else None
         # flight recorder (issue 13): filled by the callback, dumped by health on an alert (msmon.health.attach)
         steps = settings.flight_recorder.steps
         self.flight_recorder = FlightRecorder(self.run_dir, settings.flight_recorder) if self.writes and steps else None

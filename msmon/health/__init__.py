@@ -13,6 +13,7 @@ from typing import Any
 from msmon import layout
 from msmon.compat.parallel import global_batch_size
 from msmon.health.monitor import HealthMonitor, Sink
+from msmon.health.probe_trigger import DistributionsOnAlert
 from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
 from msmon.health.profile_action import ProfileAction, profile_action_on
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
@@ -59,7 +60,8 @@ class _Listener(Listener):
 
 
 def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
-    """alerts.jsonl, the console, the backends, and the optional webhook, command hook and chat robots."""
+    """alerts.jsonl, the console, the backends, the histograms after an alert, and the optional webhook, command hook
+    and chat robots."""
     alerts = settings.health.alerts
     sinks: list[Sink] = [AlertFile(Path(run_dir) / layout.ALERTS), ConsoleSink()]
     if hasattr(session, "emit_alert"):
@@ -68,6 +70,9 @@ def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
         sinks.append(WebhookSink(alerts.webhook_url, alerts.webhook_timeout_s, alerts.queue_size))
     if alerts.command:
         sinks.append(CommandSink(alerts.command, alerts.command_timeout_s, alerts.queue_size))
+    probes = getattr(getattr(session, "probes", None), "run_dir", None)  # where the ranks take probe requests
+    if alerts.distributions_logs and probes is not None:
+        sinks.append(DistributionsOnAlert(Path(probes), alerts.distributions_logs, getattr(session, "world_size", 1)))
     if alerts.chat:
         from msmon.health.chat.sink import ChatSink
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msmon import layout
 from msmon.config.mindformers_yaml import read_run_config
 from msmon.config.profiler import own_profiler
 from msmon.errors import MsmonError
@@ -17,9 +18,9 @@ from msmon.probe import (
     ProbeRequest,
     new_request,
     pending_ranks,
-    profile_dirs,
     read_marks,
     read_request,
+    window_dirs,
     world_size,
     write_request,
 )
@@ -29,21 +30,25 @@ from msmon.status import RunStatus
 @dataclass(frozen=True)
 class ProbeListing:
     """The current request (None without one), its marks, the ranks that have not taken it yet (empty when the run
-    is no longer running: nothing will take it) and the profiles in ``profiles/`` (relative paths)."""
+    is no longer running: nothing will take it), the profiles in ``profiles/`` and the histograms in
+    ``distributions/`` (relative paths)."""
 
     request: ProbeRequest | None
     marks: dict[int, ProbeMark]
     pending: list[int]
     profiles: list[str]
+    distributions: list[str]
 
     def lines(self) -> list[str]:
         """What ``msmon status`` prints: the profiles, then the current request and each rank's outcome."""
         found = [f"profiles: {', '.join(self.profiles)}"] if self.profiles else []
+        found += [f"distributions: {', '.join(self.distributions)}"] if self.distributions else []
         if self.request is None:
             return found
         request = self.request
         ranks = "every rank" if request.ranks is None else f"rank(s) {', '.join(map(str, request.ranks))}"
-        found.append(f"probe {request.id}: {request.kind.value}, {request.steps} step(s), {ranks}")
+        span = "logging step(s)" if request.kind is ProbeKind.DISTRIBUTIONS else "step(s)"
+        found.append(f"probe {request.id}: {request.kind.value}, {request.steps} {span}, {ranks}")
         for rank, mark in sorted(self.marks.items()):
             steps = f" steps {mark.first_step}-{mark.last_step}" if mark.first_step is not None else ""
             said = f": {mark.message}" if mark.message else ""
@@ -55,7 +60,7 @@ class ProbeListing:
     def to_json(self) -> dict[str, Any]:
         return {"request": None if self.request is None else self.request.to_json(),
                 "marks": [mark.to_json() for _, mark in sorted(self.marks.items())], "pending": self.pending,
-                "profiles": self.profiles}
+                "profiles": self.profiles, "distributions": self.distributions}
 
 
 def request_probe(run_dir: Path, kind: ProbeKind, steps: int, ranks: tuple[int, ...] | None) -> ProbeRequest:
@@ -93,4 +98,5 @@ def probes_of(run_dir: Path, running: bool) -> ProbeListing:
         request = None
     marks = read_marks(run_dir, request.id) if request is not None else {}
     pending = pending_ranks(request, marks, world_size(run_dir)) if request is not None and running else []
-    return ProbeListing(request, marks, pending, profile_dirs(run_dir))
+    return ProbeListing(request, marks, pending, window_dirs(run_dir, layout.PROFILES),
+                        window_dirs(run_dir, layout.DISTRIBUTIONS))

@@ -14,7 +14,7 @@ from msmon import layout
 from msmon.errors import MsmonError
 from msmon.ops.rank_summary import summarize
 from msmon.ops.ranks import RECORD_TAIL_BYTES, RankReport, first_heartbeat, report
-from msmon.probe import profile_dirs
+from msmon.probe import window_dirs
 from msmon.run_record import RunRecord, read_run_record
 from msmon.status import RunStatus
 from msmon.util import procs
@@ -187,7 +187,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         last_loss=as_number(metric.get("loss", {}).get("loss")),
         alert_count=alerts if alerts is not None else recorded.alert_count,
         rollbacks=len(recorded.rollbacks), ranks=[state.to_json(now) for state in ranks.states],
-        ranks_summary=summarize(ranks.states).cell(), profiles=profile_dirs(path),
+        ranks_summary=summarize(ranks.states).cell(), profiles=window_dirs(path, layout.PROFILES),
     )
 
 

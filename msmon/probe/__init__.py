@@ -22,6 +22,8 @@ from msmon.util.jsonfiles import read_json_object, read_objects
 
 #: The window when ``msmon probe`` is not given ``--steps``.
 DEFAULT_STEPS = 5
+#: The distributions probe's logging steps when ``msmon probe`` is not given ``--logs``.
+DEFAULT_LOGS = 3
 MAX_STEPS = 1000
 
 
@@ -29,6 +31,7 @@ class ProbeKind(StrEnum):
     """What a probe measures."""
 
     PROFILE = "profile"  # MindSpore's profiler: operator times (msmon.engine.probe.profile)
+    DISTRIBUTIONS = "distributions"  # histograms of each layer group's weights and updates (its steps count logs)
 
 
 class ProbeState(StrEnum):
@@ -164,13 +167,14 @@ def world_size(run_dir: Path) -> int:
     return count if count is not None and count > 0 else 1
 
 
-def profile_dirs(run_dir: Path) -> list[str]:
-    """Every rank's profile in ``profiles/`` (``profiles/<from>-<to>/rank_N``, relative), by window and rank."""
-    found = [path for path in (run_dir / layout.PROFILES).glob("*/rank_*") if path.is_dir()]
+def window_dirs(run_dir: Path, where: str) -> list[str]:
+    """Every rank's window of a probe kind's results (``where``: ``layout.PROFILES``, ``layout.DISTRIBUTIONS``):
+    ``<where>/<from>-<to>/rank_N``, relative, by window and rank."""
+    found = [path for path in (run_dir / where).glob("*/rank_*") if path.is_dir()]
     return [str(path.relative_to(run_dir)) for path in sorted(found, key=_window_order)]
 
 
 def _window_order(path: Path) -> tuple[int, str]:
-    """``profiles/<from>-<to>/rank_N`` by its first step."""
+    """``<where>/<from>-<to>/rank_N`` by its first step."""
     first = path.parent.name.split("-")[0]
     return (int(first) if first.isdigit() else -1, path.as_posix())

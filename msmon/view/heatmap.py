@@ -1,9 +1,9 @@
-"""The per-group gradient norms (``grad_norm/<group>`` of ``layer_grad_norm``) as a heatmap: groups x steps,
-each cell log10(norm / the group's median over the run), so a block that runs away from its own usual level shows
-while the others stay pale. Long runs are split into at most ``max_columns`` step buckets (of each group's sketch,
-``msmon.view.sketch``); each bucket keeps its value farthest from the baseline (its lowest or its highest: a one-log
-spike stays visible), and a non-finite value wins its bucket. The baseline is the median of an even sample of each
-group's values (all of them up to 131,072)."""
+"""A per-group series as a heatmap: groups x steps, each cell log10(value / the group's median over the run), so a
+block that runs away from its own usual level shows while the others stay pale. Drawn for the gradient norms
+(``grad_norm/<group>`` of ``layer_grad_norm``) and the update ratios (``update_ratio/<group>``). Long runs are split
+into at most ``max_columns`` step buckets (of each group's sketch, ``msmon.view.sketch``); each bucket keeps its value
+farthest from the baseline (its lowest or its highest: a one-log spike stays visible), and a non-finite value wins
+its bucket. The baseline is the median of an even sample of each group's values (all of them up to 131,072)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import bisect
 import math
 from typing import Any
 
+from msmon.config.metrics import GROUP_NORM_PREFIX
 from msmon.util.numbers import nonfinite_kind
 from msmon.view.run_records import group_norms
 from msmon.view.series import RunData
@@ -37,10 +38,10 @@ def _strength(cell: float | str | None) -> float:
     return math.inf if isinstance(cell, str) else abs(cell)
 
 
-def heatmap(run: RunData, max_columns: int = MAX_COLUMNS) -> dict[str, Any] | None:
+def heatmap(run: RunData, max_columns: int = MAX_COLUMNS, prefix: str = GROUP_NORM_PREFIX) -> dict[str, Any] | None:
     """``{"groups", "baseline", "starts", "ends", "cells"}`` (``cells[g][c]``: group g in step bucket c), or None
-    when the run recorded no group norms."""
-    norms = group_norms(run.records)
+    when the run recorded no series of ``prefix``."""
+    norms = group_norms(run.records, prefix)
     buckets = next((sketch.buckets() for sketch in norms.values() if sketch.finite), [])
     if not buckets:
         return None

@@ -11,7 +11,7 @@ from typing import Any
 
 from msmon import __version__
 from msmon.anomaly import rollbacks_of
-from msmon.config.metrics import is_expert_tokens, norm_group
+from msmon.config.metrics import is_expert_tokens, is_group_key
 from msmon.errors import MsmonError
 from msmon.util.atomic import atomic_write_text
 from msmon.util.numbers import as_number
@@ -39,12 +39,12 @@ def now_text() -> str:
 
 def panel_metrics(runs: list[RunData]) -> list[str]:
     """Metrics to draw for these runs: loss, grad_norm, learning_rate, throughput first, then the rest (the
-    per-group gradient norms are the report's heatmap, not one plot each; of the MoE routing, each layer's summaries,
-    not a plot per expert)."""
+    per-group series are the report's heatmaps or its table, not one plot each; of the MoE routing, each layer's
+    summaries, not a plot per expert)."""
     seen: dict[str, None] = {}
     for run in runs:
         for metric in run.metrics():
-            if metric not in SKIP_METRICS and norm_group(metric) is None and not is_expert_tokens(metric):
+            if metric not in SKIP_METRICS and not is_group_key(metric) and not is_expert_tokens(metric):
                 seen.setdefault(metric, None)
     return list(seen)
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msmon.probe import profile_dirs, read_marks
+from msmon import layout
+from msmon.probe import read_marks, window_dirs
 from msmon.probe.against_baseline import compare, per_step
 from msmon.probe.purpose import Purpose, read_purposes
 from msmon.probe.summary import ProfileSummary, read_summary
@@ -63,7 +64,7 @@ def profile_views(run_dir: Path) -> list[ProfileView]:
     """Every readable profile of the run, in step order."""
     whys, baselines = _whys(run_dir)
     summaries: dict[str, ProfileSummary] = {}
-    for path in profile_dirs(run_dir):
+    for path in window_dirs(run_dir, layout.PROFILES):
         try:
             summaries[path] = read_summary(run_dir / path)
         except (OSError, ValueError):

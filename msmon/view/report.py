@@ -11,6 +11,7 @@ from typing import Any
 
 from msmon import layout
 from msmon.anomaly import rollbacks_of
+from msmon.config.metrics import UPDATE_RATIO_PREFIX
 from msmon.util.durations import format_duration
 from msmon.util.numbers import as_number, fmt_number
 from msmon.view.band import drift_partings, run_band, with_bands
@@ -120,13 +121,14 @@ def build_report(run: RunData) -> str:
     note = (f"{total} logged steps drawn as at most {drawn} points per plot (first, min, max and last of each "
             "bucket kept, so spikes stay visible; every NaN/Inf bucket marked, every alert drawn)."
             if drawn < total else "")
-    groups = heatmap(run)
+    groups, updates = heatmap(run), heatmap(run, prefix=UPDATE_RATIO_PREFIX)
     profiles = profile_views(run.path)
     data = {"panels": panels, "alerts": alert_rows(run.alerts), "rollbacks": rollback_rows(run.info),
-            "heatmap": groups, "partings": drift_partings(run.alerts), "profiles": window_marks(profiles)}
+            "heatmap": groups, "update_heatmap": updates, "partings": drift_partings(run.alerts),
+            "profiles": window_marks(profiles)}
     return render(
         "report.html.j2", f"msmon report: {run.name}", data, panels, alert_markers=True, plot_note=note, run=run,
-        groups=groups["groups"] if groups else [],
+        groups=groups["groups"] if groups else [], update_groups=updates["groups"] if updates else [],
         status=str(run.info.get("status", "unknown")), project=run.info.get("project_name", ""),
         summary=summary_line(run),
         notes=[*run.notes, *band_notes, *(f"{m} was not recorded in this run" for m in missing)],

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from msmon.config.metrics import norm_group
+from msmon.config.metrics import GROUP_NORM_PREFIX, is_group_key, norm_group
 from msmon.records import shown_rank
 from msmon.util.jsonfiles import iter_jsonl
 from msmon.util.numbers import as_number
@@ -77,8 +77,8 @@ class RunSeries:
                 column = np.array([number for _, number in kept], dtype=np.float64)
             sketch = self.columns.get(key)
             if sketch is None:
-                sketch = self.columns[key] = SeriesSketch(keep_values=key in MEDIAN_METRICS
-                                                          or norm_group(key) is not None)
+                # the values a median is taken of: the ending's medians, every heatmap row's baseline
+                sketch = self.columns[key] = SeriesSketch(keep_values=key in MEDIAN_METRICS or is_group_key(key))
             sketch.add(column_steps, column)
 
 
@@ -241,11 +241,12 @@ def _reread(path: Path, shown: tuple[np.ndarray, bool], notes: list[str]) -> Run
     return series
 
 
-def group_norms(series: RunSeries) -> dict[str, SeriesSketch]:
-    """group -> its gradient norm's sketch (``grad_norm/<group>``), in the order the records hold them."""
+def group_norms(series: RunSeries, prefix: str = GROUP_NORM_PREFIX) -> dict[str, SeriesSketch]:
+    """group -> the sketch of its series of ``prefix`` (``grad_norm/<group>``, ``update_ratio/<group>``), in the
+    order the records hold them."""
     found = {}
     for key, sketch in series.columns.items():
-        group = norm_group(key)
+        group = norm_group(key, prefix)
         if group is not None:
             found[group] = sketch
     return found

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from msmon import layout
 from msmon.config.profiler import env_profiler, own_profiler
+from msmon.engine.probe.distributions import DistributionsProbe
 from msmon.engine.probe.profile import ProbeFailure, ProfileProbe
 from msmon.engine.probe.window import Phase, ProbeWindow, Window
 from msmon.errors import describe
@@ -40,8 +41,21 @@ class Probe(Protocol):
         ...
 
 
-#: Each kind's probe: (run directory, rank, window) -> Probe.
-PROBES: dict[ProbeKind, Callable[[Path, int, Window], Probe]] = {ProbeKind.PROFILE: ProfileProbe}
+class ProbeHost(Protocol):
+    """What a probe is built from besides its window (the rank's ProbeRunner)."""
+
+    run_dir: Path
+    rank: int
+    interval: int  # the run's log_interval
+    network: Any  # the training's train-step wrapper (None before the first step end)
+
+
+#: Each kind's probe: (the rank's runner, window) -> Probe.
+PROBES: dict[ProbeKind, Callable[[ProbeHost, Window], Probe]] = {
+    ProbeKind.PROFILE: lambda runner, window: ProfileProbe(runner.run_dir, runner.rank, window),
+    ProbeKind.DISTRIBUTIONS: lambda runner, window: DistributionsProbe(runner.run_dir, runner.rank, window,
+                                                                       runner.interval, runner.network),
+}
 
 
 def refusal(kind: ProbeKind, training: Mapping[str, Any] | None, environ: Mapping[str, str]) -> str | None:
@@ -85,8 +99,10 @@ class RequestWatch:
 class ProbeRunner:
     """The probes of one rank of one run."""
 
-    def __init__(self, run_dir: Path, rank: int, training: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, run_dir: Path, rank: int, training: Mapping[str, Any] | None = None, interval: int = 1) -> None:
         self.run_dir, self.rank = run_dir, rank
+        self.interval = max(1, interval)  # log_interval: a distributions window of N logs is N x this many steps
+        self.network: Any = None  # the training's train-step wrapper (set by the callback at the first step end)
         self._training = training
         self._watch = RequestWatch(run_dir, rank)
         self._window = ProbeWindow()
@@ -114,7 +130,8 @@ class ProbeRunner:
             logger.warning("msmon: rank %d does not run the %s probe: %s", self.rank, request.kind.value, refused)
             self._mark(request, ProbeState.REFUSED, message=refused)
             return
-        window = self._window.arm(request, step)
+        logs = request.kind is ProbeKind.DISTRIBUTIONS  # its request counts logging steps
+        window = self._window.arm(request, step, request.steps * self.interval if logs else request.steps)
         logger.info("msmon: rank %d runs the %s probe over steps %d-%d (request %s)", self.rank, request.kind.value,
                     window.first_step, window.last_step, request.id)
 
@@ -124,7 +141,7 @@ class ProbeRunner:
             if self._probe is not None:
                 self._guarded(lambda probe: probe.step_begin(step))
             return
-        self._probe = PROBES[window.request.kind](self.run_dir, self.rank, window)
+        self._probe = PROBES[window.request.kind](self, window)
         if self._guarded(lambda probe: probe.start()):
             self._guarded(lambda probe: probe.step_begin(step))
 

@@ -37,12 +37,12 @@ class ProbeWindow:
         self.window: Window | None = None
         self._ended: int | None = None  # the last step of the window that ended
 
-    def arm(self, request: ProbeRequest, logging_step: int) -> Window:
-        """Take ``request`` at ``logging_step``: its window is the next ``request.steps`` steps."""
+    def arm(self, request: ProbeRequest, logging_step: int, steps: int | None = None) -> Window:
+        """Take ``request`` at ``logging_step``: its window is the next ``steps`` steps (default ``request.steps``)."""
         if self.phase is not Phase.IDLE:
             raise RuntimeError(f"a probe window is {self.phase.value}: it cannot take another request")
         self.phase = Phase.ARMED
-        self.window = Window(request, logging_step + 1, logging_step + request.steps)
+        self.window = Window(request, logging_step + 1, logging_step + (steps or request.steps))
         return self.window
 
     def begins(self, step: int) -> Window | None:
@@ -50,7 +50,7 @@ class ProbeWindow:
         ``step``: its length is kept), else None."""
         if self.phase is not Phase.ARMED or self.window is None or step < self.window.first_step:
             return None
-        self.window = replace(self.window, first_step=step, last_step=step + self.window.request.steps - 1)
+        self.window = replace(self.window, first_step=step, last_step=step + self.window.steps - 1)
         self.phase = Phase.ACTIVE
         return self.window
 

@@ -1,12 +1,13 @@
-// msmon heatmap: the per-group gradient norms of layer_grad_norm, groups x steps, on the plots' step axis.
-// Data: DATA.heatmap = {groups, baseline: {group: median}, starts, ends, cells}; cells[g][c] is
-// log10(norm / the group's median) of step bucket c (starts[c]..ends[c]), "nan"/"inf"/"-inf", or null.
+// msmon heatmaps: per-group series (the gradient norms of layer_grad_norm, the update ratios of
+// layer_update_ratio), groups x steps, on the plots' step axis. Each element with data-heatmap="KEY" draws
+// DATA[KEY] = {groups, baseline: {group: median}, starts, ends, cells}; cells[g][c] is
+// log10(value / the group's median) of step bucket c (starts[c]..ends[c]), "nan"/"inf"/"-inf", or null.
 // Follows the plots' zoom (plot.js sets window.msmonPlot and sends "msmon-view").
 "use strict";
-(function () {
-  const box = document.getElementById("msmon-heatmap");
-  const H = JSON.parse(document.getElementById("msmon-data").textContent).heatmap;
-  if (!box || !H) return;
+document.querySelectorAll("[data-heatmap]").forEach(function (box) {
+  const key = box.getAttribute("data-heatmap");
+  const H = JSON.parse(document.getElementById("msmon-data").textContent)[key];
+  if (!H) return;
   const tip = document.getElementById("msmon-tip");
   const ROW = 16, TOP = 4, LEGEND = 30;
   const canvas = document.createElement("canvas");
@@ -99,5 +100,5 @@
   document.addEventListener("msmon-view", draw);
   window.addEventListener("resize", draw);
   draw();
-  document.body.setAttribute("data-msmon-heatmap", String(H.groups.length));
-})();
+  document.body.setAttribute("data-msmon-" + key.replace("_", "-"), String(H.groups.length));
+});
