@@ -28,6 +28,8 @@ Scenarios and targets:
   core      5 core metrics, file + mindinsight, log_interval 10 (the defaults: flight recorder on,
             layer_grad_norm off)                                       target <= 1.01
   layers    core + layer_grad_norm, log_interval 10                    target <= 1.02
+  profileaction  core + the writing rank's health detectors, throughput_drop and slow_step with action: profile
+            configured and never triggered (the baseline profile, 5 steps after step 20, taken once)  target <= 1.01
   ranks2    the same on 2 data-parallel ranks through msrun (real AllReduce): rank 0 writes, rank 1 reads its
             loss/grad_norm at its logging steps for its heartbeat; each rank gated in the same blocks
             (one row per rank)                                        target <= 1.01 on every rank
@@ -80,6 +82,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "filemem": {"monitor_type": ["file", "memory"], "log_interval": 10, "target": 1.01},
     "perbackend": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01,
                    "thread_per_backend": True},
+    "profileaction": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01,
+                      "health": {"throughput_drop": {"action": "profile"}, "slow_step": {"enabled": True,
+                                                                                          "action": "profile"}}},
 }
 
 
@@ -111,6 +116,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         workdir, steps=steps, log_interval=spec["log_interval"], monitor_type=spec["monitor_type"], verbose=False,
         track_metrics=spec.get("metrics", CORE), mlflow={"tracking_uri": mlflow_uri},
         writer={"queue_size": spec.get("queue_size", 1000)}, overrides=parallel if world > 1 else None,
+        **({"health": spec["health"]} if "health" in spec else {}),
     )
     training, monitor = quickstart_parts(path)
     fit_checkpoint_section(training)  # as msmon hands it over: no checkpoint: section on data-parallel ranks
@@ -127,6 +133,10 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     session = None
     if scenario != "none":
         session = MonitorSession(settings, settings.run_dir(), config=training, rank=rank, world_size=world).start()
+        if "health" in spec:  # the writing rank's detectors, as msmon run's worker attaches them
+            from msmon.health import attach
+
+            attach(session, settings, settings.run_dir(), training, stall=False)
     inner = session.callback() if session is not None and spec.get("callback", True) else None
     interval = spec["log_interval"]
     block = max(block, interval)  # every "on" block starts with a logging step
