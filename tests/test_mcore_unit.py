@@ -270,6 +270,7 @@ def test_mindformers_own_moe_pretrain_config_passes_the_moe_checks(tmp_path: Pat
 def test_the_routing_window_sums_each_layers_shares_until_taken_and_skips_dense_layers() -> None:
     from types import SimpleNamespace as Obj
 
+    import mindspore as ms
     import numpy as np
 
     from msmon.engine import routing
@@ -277,11 +278,15 @@ def test_the_routing_window_sums_each_layers_shares_until_taken_and_skips_dense_
     def layer(shares: list[float] | None) -> Any:
         if shares is None:  # a dense block: an MLP without a router
             return Obj(mlp=Obj())
-        return Obj(mlp=Obj(router=Obj(fi_accu=Obj(asnumpy=lambda: np.array(shares, np.float32)))))
+        return Obj(mlp=Obj(router=Obj(fi_accu=ms.Parameter(ms.Tensor(np.array(shares, np.float32)), name="fi"))))
 
     model = Obj(decoder=Obj(layers=[layer([0.5, 0.25, 0.25, 0.0]), layer(None), layer([0.25] * 4)]))
     routing.enable(True)
     routing.add_shares(model, 2)
+    for router in (model.decoder.layers[0].mlp.router, model.decoder.layers[2].mlp.router):
+        shares = router.fi_accu.asnumpy().copy()
+        ms.ops.assign(router.fi_accu, ms.ops.zeros_like(router.fi_accu))  # mindformers' zeroing after the add
+        ms.ops.assign(router.fi_accu, ms.Tensor(shares))  # the next step's shares (the same here)
     routing.add_shares(model, 2)
     record = routing.take(8)  # 2 steps of 8 tokens, top-2: 32 routed slots a layer
     assert [record[f"moe/layer_0/expert_{e}"] for e in range(4)] == [16.0, 8.0, 8.0, 0.0]

@@ -4,8 +4,9 @@ its load-balancing loss (no extra pass), with their summaries.
 With ``moe_router_load_balancing_type: gbs_aux_loss`` (the shipped Qwen3-MoE configs) every router adds, at every
 forward, each expert's share of the step's ``k * N`` routed token slots (``f_i``) into its parameter ``fi_accu``;
 ``MFLossMonitor`` zeroes it at every step end through one method (``_reset_accu_gbs_fi``), before msmon's callback
-runs. ``install`` wraps that method: it adds the shares first, per layer, into a window that ``take`` returns at a
-logging step (and empties); only while ``moe_routing`` is tracked (``enable``), else nothing is read. Tokens per
+runs. ``install`` wraps that method: it adds the shares first, per layer, into a window kept on the device (queued
+adds, no read), which ``take`` reads and empties at a logging step; only while ``moe_routing`` is tracked
+(``enable``), else nothing is done. Tokens per
 expert = share * k * N summed over the window's forwards, N being the tokens of one forward on this rank (the batch
 tensor's size). The other balancing types keep no shares: nothing is recorded for them.
 """
@@ -19,7 +20,7 @@ from msmon.compat import ROUTING_SHARES
 from msmon.config.metrics import MOE_PREFIX
 from msmon.engine.wrap import entry_for, wrap_once
 
-_window: dict[int, Any] = {}  # layer index -> summed shares (numpy float64) since the last take
+_window: dict[int, Any] = {}  # layer index -> summed shares since the last take (a device tensor)
 _top_k: list[int] = []
 _enabled: list[bool] = [False]
 
@@ -54,14 +55,14 @@ def install(version: str) -> bool:
 
 
 def add_shares(model: Any, top_k: int) -> None:
-    """Add each MoE layer's ``fi_accu`` (read as a copy: on CPU ``asnumpy`` shares the memory that is then zeroed)."""
+    """Add each MoE layer's ``fi_accu`` into the window on the device: one queued add per layer, before mindformers'
+    own queued zeroing of it, and no read (on Ascend a read is a host-device sync); ``take`` reads the sums."""
     _top_k[:] = [top_k]
     for index, layer in enumerate(model.decoder.layers):
         router = getattr(getattr(layer, "mlp", None), "router", None)
         if router is None or not hasattr(router, "fi_accu"):
             continue
-        shares = router.fi_accu.asnumpy().astype("float64")
-        _window[index] = shares if index not in _window else _window[index] + shares
+        _window[index] = router.fi_accu + 0 if index not in _window else _window[index] + router.fi_accu
 
 
 def take(tokens_per_forward: int) -> dict[str, float]:
@@ -71,8 +72,8 @@ def take(tokens_per_forward: int) -> dict[str, float]:
     if not _window:
         return {}
     record: dict[str, float] = {}
-    for index, shares in sorted(_window.items()):
-        tokens = shares * _top_k[0] * tokens_per_forward
+    for index, summed in sorted(_window.items()):
+        tokens = summed.asnumpy().astype("float64") * _top_k[0] * tokens_per_forward  # the one read, at a logging step
         record.update(routing_summary(index, [float(round(t, 3)) for t in tokens]))
     _window.clear()
     return record
