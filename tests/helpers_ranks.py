@@ -61,11 +61,13 @@ class RankRun:
     @classmethod
     def start(cls, base: Path, *, steps: int, run_name: str = "ranks", callbacks: list[dict] | None = None,
               health: dict | None = None, log_interval: int = 5, extra: list[str] | None = None,
-              source: Path | None = None, flags: list[str] | None = None) -> RankRun:
+              source: Path | None = None, flags: list[str] | None = None, **monitor: Any) -> RankRun:
+        """``monitor``: other monitor_config keys (``track_metrics``, ...)."""
         overrides = {"callbacks": [{"type": "MFLossMonitor"}, *(callbacks or [])]}
-        kwargs = {"source": source} if source is not None else {}
+        kwargs: dict[str, Any] = {"source": source} if source is not None else {}
         config = write_quickstart_config(base, steps=steps, run_name=run_name, log_interval=log_interval,
-                                         monitor_type=["file"], overrides=overrides, health=health or {}, **kwargs)
+                                         monitor_type=["file"], overrides=overrides, health=health or {}, **kwargs,
+                                         **monitor)
         project = "quickstart_qwen3" if source is not None and "qwen3" in source.name else "quickstart"
         if flags is None:
             flags = ["--worker-num", "2", "--master-port", str(free_port("127.0.0.1"))]

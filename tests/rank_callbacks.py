@@ -104,12 +104,13 @@ def _hash_forever() -> None:
 
 
 class LeakHostMemory(Callback):
-    def __init__(self, mb: int = 2, **_: Any) -> None:
+    def __init__(self, mb: int = 2, rank: int | None = None, **_: Any) -> None:
         super().__init__()
-        self.size, self.kept = mb * 2**20, []
+        self.size, self.rank, self.kept = mb * 2**20, rank, []
 
     def on_train_step_end(self, run_context: Any) -> None:
-        self.kept.append(b"x" * self.size)  # written, so resident
+        if self.rank is None or this_rank() == self.rank:
+            self.kept.append(b"x" * self.size)  # written, so resident
 
 
 class DumpOutputs(Callback):

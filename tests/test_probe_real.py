@@ -27,10 +27,17 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
     profiles/<from>-<to>/rank_0/, the request is marked done, `msmon status` lists it. Then `msmon probe RUN
     distributions --logs 2`: histograms of each group's weights and updates at the next 2 logging steps in
     distributions/<from>-<to>/rank_0/ (msmon's file, TensorBoard's, MindSpore's summary), whose sums of squares are
-    the layer summaries' weight norms and update ratios. The run ends normally with the canonical run's loss and grad
-    norm at every logged step. A training of its own: a run probed live."""
+    the layer summaries' weight norms and update ratios. Then SIGINT after the step-100 checkpoint (exit 130) and
+    `msmon resume`: the run ends with the canonical run's loss and grad norm at every logged step, and `msmon compare
+    RUN REF --assert --exact` says so (exit 0, bit for bit); against the seed-0 run (completed_legacy) it exits 6
+    naming the first common logged step and the loss. A training of its own: a run probed live, interrupted and
+    resumed (the probes change nothing; a resume continues the same curve bit for bit)."""
+    import signal
+
     from conftest import run_msmon
     from launch import Launched, msmon_env, records
+
+    from msmon.runner.checkpoints import latest_checkpoint
 
     reference = canonical("reference_seed1_legacy")
     run_dir = tmp_path / "runs" / "canonical" / "probed"
@@ -53,10 +60,22 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
         assert histograms is not None and histograms.id != request.id
         assert asked.stdout.startswith(f"requested {histograms.id}: a distributions probe at 2 logging step(s)")
         taken = run.wait_for(lambda: read_marks(run_dir, histograms.id).get(0))
-        assert run.finish(kill=False) == 0, run.stderr[-2000:]
+        run.wait_for(lambda: (rows := records(run_dir)) and rows[-1]["step"] >= 110
+                     and (point := latest_checkpoint(run_dir)) is not None and point.step >= 100)
+        run.proc.send_signal(signal.SIGINT)
+        assert run.finish(kill=False) == 130, run.stderr[-2000:]
         assert run.left_behind() == []
     finally:
         run.kill()
+    resumed = run_msmon("resume", str(run_dir), "--plain", cwd=reference.cwd, timeout=900)
+    assert resumed.code == 0, resumed.stderr[-2000:]
+    same = run_msmon("compare", str(run_dir), str(reference.run_dir), "--assert", "--exact", cwd=tmp_path)
+    assert same.code == 0, same.stderr
+    assert "bit for bit at every common logged step (20)" in same.stdout
+    other = run_msmon("compare", str(run_dir), str(canonical("completed_legacy").run_dir), "--assert", "--exact",
+                      cwd=tmp_path)
+    assert other.code == 6 and "loss parts at step 10:" in other.stderr, other.stderr
+    assert "Traceback" not in other.stderr
 
     assert mark.state is ProbeState.DONE, mark
     first, last = mark.first_step, mark.last_step
