@@ -361,13 +361,14 @@ def diverged_alert_mcore(work: Workspace) -> dict[str, Any]:
 
 
 def interrupted_legacy(work: Workspace) -> dict[str, Any]:
-    """A 400-step legacy run on a terminal with every backend, the board beside it and every line of the framework
+    """A 200-step legacy run on a terminal with every backend, the board beside it and every line of the framework
     above the panel (--framework-logs), interrupted by SIGINT once it logged step 110 and saved its step-100
     checkpoint: exit 130, the report; `msmon run --resume` of a copy continues it. Two micro batches interleaved
-    per step (the loss msmon records is the one mindformers prints, not their sum)."""
+    per step (the loss msmon records is the one mindformers prints, not their sum). (200 steps, not more: the resume
+    trains the rest.)"""
     from msmon.runner.checkpoints import latest_checkpoint
 
-    steps, interval = 400, 5
+    steps, interval = 200, 5
     config = work.config("legacy", steps, log_interval=interval, monitor_type=ALL_BACKENDS,
                          mlflow={"tracking_uri": session_mlflow(), "timeout_s": 30.0},
                          overrides={"micro_batch_interleave_num": 2})
