@@ -106,10 +106,19 @@ def departure(steps: Sequence[int], values: Sequence[float | None], upward: bool
         if len(base) < MIN_BASELINE:
             break
         band = _band(base)
-        beyond = [b for b in (_beyond(v, band, upward) for v in values[start:]) if b is not None]
-        if all(b > 1 for b in beyond):
-            found = Departure(steps[start], min(beyond[0], 1e9))
+        at_start = _beyond(values[start], band, upward)
+        if at_start is not None and at_start > 1 and _stays(values[start + 1:], band, upward):
+            found = Departure(steps[start], min(at_start, 1e9))
     return found
+
+
+def _stays(values: Sequence[float | None], band: tuple[float, float], upward: bool) -> bool:
+    """Every logged value beyond ``band``."""
+    for value in values:
+        beyond = _beyond(value, band, upward)
+        if beyond is not None and beyond <= 1:
+            return False
+    return True
 
 
 class FirstMovers:
