@@ -147,3 +147,45 @@ def test_the_growth_alert_is_followed_by_histograms_of_the_logs_after_it(canonic
     (request,) = [p.name for p in (grown.run_dir / layout.PROBES).iterdir() if p.is_dir()]
     mark = read_marks(grown.run_dir, request)[0]
     assert mark.state is ProbeState.DONE and mark.output == str((window / "rank_0").relative_to(grown.run_dir))
+
+
+def test_a_sudden_jump_in_one_block_is_named_at_the_first_log_after_it_with_histograms_after(canonical):
+    """The mcore run ``jump_mcore`` (block 1's weight pair rescaled once by 20 at the end of step 99): at the first
+    log after it the block's grad norm, update ratio and weight norm and the global grad norm all leave their
+    baselines; the loss has not moved at the alert. The alert (the absolute threshold, step 100) names
+    block 1 and the weight norm (the furthest beyond its band: the fault moved the weights), lead 0 against the
+    global grad norm; `msmon replay` the same; the histograms of the 3 logs after the alert exist in msmon's file
+    and TensorBoard's reader returns them (the mcore path's distributions on alert)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from test_distributions_probe_unit import summary_histograms
+
+    jumped = canonical("jump_mcore")
+    assert jumped.code == 0, jumped.output
+    alert = growth_alert(jumped)
+    assert alert["step"] == 100 and alert["values"]["check"] == "absolute"
+    assert alert["values"]["first_mover"] == {"group": "layers.1", "signal": "weight_norm", "step": 100,
+                                              "lead_steps": 0, "shown_by": "the global grad norm", "shown_step": 100}
+    assert "layers.1's weight_norm left its baseline first (step 100; the global grad norm showed it at step 100)" \
+        in alert["message"]
+    rows = jumped.records()
+    steps = [r["step"] for r in rows]
+    for key in ("grad_norm/layers.1", "update_ratio/layers.1", "weight_norm/layers.1", "grad_norm"):
+        found = departure(steps, [r.get(key) for r in rows], upward=key == "grad_norm")
+        assert found is not None and found.step == 100, key
+    upto = [r for r in rows if r["step"] <= alert["step"]]
+    assert departure([r["step"] for r in upto], [r["loss"] for r in upto], upward=True) is None
+    result = run_msmon("replay", str(jumped.run_dir), "--json")
+    assert result.code == 0, result.stderr
+    replayed = next(a for a in json.loads(result.stdout) if a["detector"] == "grad_explosion")
+    assert replayed["values"]["first_mover"] == alert["values"]["first_mover"]
+    (window,) = list((jumped.run_dir / layout.DISTRIBUTIONS).iterdir())
+    assert window.name == "111-140"  # the request is taken at the next logging step (110): its next 3 logs
+    directory = window / "rank_0"
+    lines = read_jsonl(directory / layout.DISTRIBUTIONS_FILE)
+    assert [line["step"] for line in lines] == [120, 130, 140]
+    assert all(set(line["histograms"]) == {f"{kind}/{g}" for kind in ("weights", "updates") for g in GROUPS}
+               for line in lines)
+    events = EventAccumulator(str(directory), size_guidance={"histograms": 0})
+    events.Reload()
+    assert [e.step for e in events.Histograms("weights/layers.1")] == [120, 130, 140]
+    assert sorted(summary_histograms(directory)) == [120, 130, 140]
