@@ -75,47 +75,54 @@ class FirstMover:
         return f"{where}; {self.shown_by} showed it at step {self.shown_step})"
 
 
-def _band(base: Sequence[float]) -> tuple[float, float]:
-    """(median, half width) of a baseline, in log terms."""
-    logs = [math.log(v) for v in base]
+def _band(logs: Sequence[float]) -> tuple[float, float]:
+    """(median, half width) of a baseline's logarithms."""
     middle = statistics.median(logs)
-    spread = 1.4826 * statistics.median(abs(v - middle) for v in logs)
+    spread = 1.4826 * statistics.median([abs(v - middle) for v in logs])
     return middle, max(MADS * spread, math.log(MIN_FACTOR))
 
 
-def _beyond(value: float | None, band: tuple[float, float], upward: bool) -> float | None:
-    """How far ``value`` is beyond ``band`` (> 1: it departs; inf: non-finite or zero); None: no value."""
+def _log(value: float | None) -> float | None:
+    """log(value) of a finite positive value, else None."""
+    return math.log(value) if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def _beyond(value: float | None, log: float | None, band: tuple[float, float], upward: bool) -> float | None:
+    """How far ``value`` (``log``: its logarithm) is beyond ``band`` (> 1: it departs; inf: non-finite or zero);
+    None: no value."""
+    if log is not None:
+        deviation = log - band[0]
+        return (deviation if upward else abs(deviation)) / band[1]
     if value is None:
         return None
     if not math.isfinite(value):
         return math.inf
-    if value <= 0:
-        return 0.0 if upward else math.inf
-    deviation = math.log(value) - band[0]
-    return (deviation if upward else abs(deviation)) / band[1]
+    return 0.0 if upward else math.inf  # zero or below
 
 
 def departure(steps: Sequence[int], values: Sequence[float | None], upward: bool = False) -> Departure | None:
     """The departure of one series (``values[i]`` logged at ``steps[i]``, None: not logged), judged at its last
     log; None when it is within its band there (or has too short a history)."""
+    logs = [_log(v) for v in values]
     found: Departure | None = None
     for start in range(len(values) - 1, max(-1, len(values) - 1 - LOOKBACK_LOGS), -1):
         if values[start] is None:
             continue
-        base = [v for v in values[max(0, start - BASELINE_LOGS):start] if v is not None and math.isfinite(v) and v > 0]
+        base = [v for v in logs[max(0, start - BASELINE_LOGS):start] if v is not None]
         if len(base) < MIN_BASELINE:
             break
         band = _band(base)
-        at_start = _beyond(values[start], band, upward)
-        if at_start is not None and at_start > 1 and _stays(values[start + 1:], band, upward):
+        at_start = _beyond(values[start], logs[start], band, upward)
+        if at_start is not None and at_start > 1 and _stays(values, logs, start + 1, band, upward):
             found = Departure(steps[start], min(at_start, 1e9))
     return found
 
 
-def _stays(values: Sequence[float | None], band: tuple[float, float], upward: bool) -> bool:
-    """Every logged value beyond ``band``."""
-    for value in values:
-        beyond = _beyond(value, band, upward)
+def _stays(values: Sequence[float | None], logs: Sequence[float | None], since: int, band: tuple[float, float],
+           upward: bool) -> bool:
+    """Every logged value from index ``since`` on beyond ``band``."""
+    for index in range(since, len(values)):
+        beyond = _beyond(values[index], logs[index], band, upward)
         if beyond is not None and beyond <= 1:
             return False
     return True
