@@ -304,6 +304,25 @@ def lr_1e_3(work: Workspace) -> dict[str, Any]:
     return _completed(work, "legacy", terminal=False, learning_rate=1e-3, grow_from=100, steps=240)
 
 
+def jump_mcore(work: Workspace) -> dict[str, Any]:
+    """The mcore quickstart whose block 1 is hit by a sudden jump: at the end of step 99 its weight pair rescaled
+    once by 20 (tests/rank_callbacks.GrowBlock ``once``: the network computes the same, the divided weight's
+    gradients x20 from step 100), 140 steps logged every 10, the layer norms and summaries tracked, the file backend,
+    ``grad_explosion.absolute_threshold: 10`` (the clean steps' grad norm stays below 7): the alert at step 100 and
+    the histograms of the 3 logs after the request is taken at step 110 (111-140). #49's sudden-jump scenario and
+    the mcore path's histograms."""
+    steps, interval = 140, 10
+    jump = registered("GrowBlock", model="mcore", block=1, step=99, factor=20.0, once=True)
+    config = work.config("mcore", steps, log_interval=interval, monitor_type=["file"],
+                         track_metrics=["loss", "grad_norm", "learning_rate", "global_step", "step_time_ms",
+                                        "layer_grad_norm"],
+                         health={"grad_explosion": {"absolute_threshold": 10.0}},
+                         overrides={"callbacks": callbacks("mcore", jump)})
+    run = work.start("run", str(config), "--plain", "seed=42")
+    run.finish()
+    return work.result(run, "mcore", steps, interval, jump_step=99)
+
+
 def lr_2e_2(work: Workspace) -> dict[str, Any]:
     """completed_legacy at learning rate 2e-2, nothing else changed (MindInsight's lineage and hyperparameter
     importance compare the three rates; `msmon compare` shows exactly the one key)."""
@@ -448,6 +467,7 @@ CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "completed_mcore": completed_mcore,
     "lr_1e_3": lr_1e_3,
     "lr_2e_2": lr_2e_2,
+    "jump_mcore": jump_mcore,
     "diverged_stop_legacy": diverged_stop_legacy,
     "diverged_alert_mcore": diverged_alert_mcore,
     "interrupted_legacy": interrupted_legacy,

@@ -166,13 +166,17 @@ GROW_PREFIX = {"legacy": "model.layers.{block}.", "mcore": "decoder.layers.{bloc
 
 
 class GrowBlock(Callback):
-    def __init__(self, model: str = "legacy", block: int = 1, step: int = 150, factor: float = 1.04, **_: Any) -> None:
+    """From ``step`` on (``once``: at that step only), block ``block``'s weight pairs rescaled by ``factor``: the
+    network computes the same while the divided weights' gradients grow by ``factor`` a step (or jump once)."""
+
+    def __init__(self, model: str = "legacy", block: int = 1, step: int = 150, factor: float = 1.04,
+                 once: bool = False, **_: Any) -> None:
         super().__init__()
-        self.model, self.block, self.step, self.factor = model, block, step, factor
+        self.model, self.block, self.step, self.factor, self.once = model, block, step, factor, once
 
     def on_train_step_end(self, run_context: Any) -> None:
         params = run_context.original_args()
-        if params.cur_step_num < self.step:
+        if params.cur_step_num < self.step or (self.once and params.cur_step_num > self.step):
             return
         import mindspore as ms
 

@@ -81,6 +81,9 @@ def test_a_loss_spike_names_the_group_whose_norm_jumped_at_that_step():
     spike = next(a for a in run(records) if a.detector == "loss_spike")
     assert spike.values["groups"]["led_by"][0] == "layers.2"
     assert "grad norms at this step against their previous 10 logs: led by layers.2 (x" in spike.message
+    assert spike.onset_step == 300  # kept through the explanation (a rollback goes back to it)
+    assert spike.values["first_mover"] == {"group": "layers.2", "signal": "grad_norm", "step": 300, "lead_steps": 0,
+                                           "shown_by": "the loss", "shown_step": 300}
 
 
 def test_a_non_finite_gradient_names_the_groups_that_are_not_finite():

@@ -133,8 +133,9 @@ def test_cli_table_and_errors(save: Path) -> None:
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.strip().splitlines()
     assert header.split() == ["project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat",
-                              "ranks", "profiles"]
-    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-5:] == ["0.5", "3", "-", "-", "-"]
+                              "ranks", "profiles", "histograms"]
+    assert rows[0].split()[:3] == ["p", "done", "completed"] and rows[0].split()[-6:] == ["0.5", "3", "-", "-", "-",
+                                                                                         "-"]
     assert rows[1].split()[:3] == ["p", "dead", "stale"] and " 11m4" in rows[1]  # the heartbeat's age
     assert f"  rank 0 ({socket.gethostname()}) not responding 11m4" in rows[1]  # its one rank, 700 s silent
     missing = subprocess.run([sys.executable, "-m", "msmon", "runs", "nowhere"], capture_output=True, text=True,
@@ -143,6 +144,24 @@ def test_cli_table_and_errors(save: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save), "--stale-after", "soon"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+def test_the_windows_of_histograms_are_listed(save: Path) -> None:
+    """A run with histograms (a distributions probe, or the logs after an alert: distributions/<from>-<to>/rank_N)
+    lists their windows beside the profiled ones, in the table and in --json."""
+    run = make_run(save, "p", "probed", losses=(0.5,))
+    for window in ("201-230", "11-40"):
+        for rank in (0, 1):
+            (run / "distributions" / window / f"rank_{rank}").mkdir(parents=True)
+    (info,) = list_runs(save)
+    assert info.distribution_windows == ["11-40", "201-230"] and info.profiles == []
+    assert info.to_json()["distributions"] == ["distributions/11-40/rank_0", "distributions/11-40/rank_1",
+                                               "distributions/201-230/rank_0", "distributions/201-230/rank_1"]
+    env = {**os.environ, "NO_COLOR": "1"}
+    result = subprocess.run([sys.executable, "-m", "msmon", "runs", str(save)], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[1].split()[-3:] == ["-", "11-40,", "201-230"]
 
 
 def test_runs_and_status_show_every_rank(save: Path, request: pytest.FixtureRequest) -> None:

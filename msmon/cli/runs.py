@@ -33,7 +33,7 @@ def runs(
     ),
 ) -> None:
     """List the runs under SAVE_DIR: project, run, status, start, duration, last step and loss, alerts, ranks,
-    profiled windows (`msmon status RUN` shows them one by one)."""
+    profiled windows, windows of histograms (`msmon status RUN` shows them one by one)."""
     from msmon.ops.runs import list_runs
     from msmon.util.durations import format_duration, parse_duration
 
@@ -49,7 +49,7 @@ def runs(
 
     table = Table(box=None, header_style="bold")
     for column in ("project", "run", "status", "start", "duration", "step", "loss", "alerts", "heartbeat", "ranks",
-                   "profiles"):
+                   "profiles", "histograms"):
         table.add_column(column, justify="right" if column in ("duration", "step", "loss", "alerts") else "left")
     for info in found:
         age = info.heartbeat_age_s
@@ -63,6 +63,7 @@ def runs(
             info.start.strftime("%Y-%m-%d %H:%M") if info.start else "-", format_duration(info.duration_s),
             "-" if info.last_step is None else str(info.last_step), _loss(info.last_loss),
             alerts_cell(info), beat, info.ranks_summary, ", ".join(info.profile_windows) or "-",
+            ", ".join(info.distribution_windows) or "-",
         )
     wide_console().print(table)
 

@@ -94,7 +94,8 @@ class GroupNorms:
         if found is None:
             return signal
         text, values = found
-        return Signal(signal.severity, f"{signal.message}; {text}", {**signal.values, "groups": values})
+        return Signal(signal.severity, f"{signal.message}; {text}", {**signal.values, "groups": values},
+                      signal.onset_step)
 
     def _growth(self, since: int, window: int, ratio: float | None) -> tuple[str, dict[str, Any]] | None:
         steps = list(self._steps)

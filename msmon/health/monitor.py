@@ -15,6 +15,7 @@ from msmon.health.alert import Alert, Signal
 from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.stall import StallDetector
+from msmon.health.first_mover import FirstMovers
 from msmon.health.groups import GroupNorms
 from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
 from msmon.health.profile_action import ProfileAction
@@ -43,7 +44,7 @@ class HealthMonitor:
     false: no stall detector, the stall is judged in another process). ``context(step, detector)``, when given,
     writes the flight recorder's window before an alert and returns its path (the alert's ``context_file``); the
     per-group gradient norms of the records name the group behind growth, spike and non-finite alerts
-    (msmon.health.groups).
+    (msmon.health.groups), and the layer summaries the group that left its baseline first (msmon.health.first_mover).
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class HealthMonitor:
         self.request_stop = request_stop
         self.context = context
         self.groups = GroupNorms()
+        self.movers = FirstMovers()
         self.profiles = profiles  # action profile: the requests, the baseline, the comparisons (docs/probe.md)
         # the probes' steps, which the detectors of step times do not judge
         self.probed = profiles.steps if profiles is not None else probed
@@ -104,6 +106,7 @@ class HealthMonitor:
         step = record.get("step")
         with self._lock:
             self.groups.observe(record)
+            self.movers.observe(record)
             probed = self.probed is not None and isinstance(step, int) and self.probed.probed(step)
             for det in list(self.detectors):
                 if probed and det.name in TIMING_DETECTORS:
@@ -115,7 +118,7 @@ class HealthMonitor:
                     self.detectors.remove(det)
                     continue
                 if signal is not None:
-                    signal = self.groups.explain(det.name, signal, record)
+                    signal = self.movers.explain(det.name, self.groups.explain(det.name, signal, record), record)
                     alert = self._raise(det.name, signal, step, record.get("time"))
                     if alert is not None:
                         raised.append(alert)
@@ -146,6 +149,8 @@ class HealthMonitor:
         with self._lock:
             for record in records:
                 fed += 1
+                self.groups.observe(record)
+                self.movers.observe(record)
                 for det in self.detectors:
                     try:
                         det.observe(record)

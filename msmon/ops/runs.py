@@ -47,11 +47,17 @@ class RunInfo:
     ranks: list[dict[str, Any]]  # per rank: last step, age, state (heartbeats/)
     ranks_summary: str
     profiles: list[str]  # every rank's profile, profiles/<from>-<to>/rank_N (docs/probe.md)
+    distributions: list[str]  # every rank's histograms, distributions/<from>-<to>/rank_N (docs/probe.md)
 
     @property
     def profile_windows(self) -> list[str]:
         """The profiled windows (``<from>-<to>``), in step order."""
-        return list(dict.fromkeys(Path(p).parent.name for p in self.profiles))
+        return _windows(self.profiles)
+
+    @property
+    def distribution_windows(self) -> list[str]:
+        """The windows of histograms (``<from>-<to>``), in step order."""
+        return _windows(self.distributions)
 
     def to_json(self) -> dict[str, Any]:
         loss = self.last_loss
@@ -63,8 +69,14 @@ class RunInfo:
             "last_loss": loss if loss is None or math.isfinite(loss) else str(loss),
             "alert_count": self.alert_count, "rollbacks": self.rollbacks, "heartbeat_age_s": self.heartbeat_age_s,
             "stale": self.stale,
-            "ranks": self.ranks, "profiles": self.profiles, "problems": self.problems,
+            "ranks": self.ranks, "profiles": self.profiles, "distributions": self.distributions,
+            "problems": self.problems,
         }
+
+
+def _windows(rank_dirs: list[str]) -> list[str]:
+    """The windows (``<from>-<to>``) of ``<kind>/<from>-<to>/rank_N`` paths, in their order, once each."""
+    return list(dict.fromkeys(Path(p).parent.name for p in rank_dirs))
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -188,6 +200,7 @@ def read_run(path: Path, save_dir: Path, stale_after_s: float = STALE_AFTER_S, n
         alert_count=alerts if alerts is not None else recorded.alert_count,
         rollbacks=len(recorded.rollbacks), ranks=[state.to_json(now) for state in ranks.states],
         ranks_summary=summarize(ranks.states).cell(), profiles=window_dirs(path, layout.PROFILES),
+        distributions=window_dirs(path, layout.DISTRIBUTIONS),
     )
 
 

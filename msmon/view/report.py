@@ -72,12 +72,12 @@ def alert_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def alert_table_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The alerts of a run as table rows (number, step, time, detector, severity, message, values, action, context
-    file). The groups' details are in the message."""
+    file). The groups' details and the first mover are in the message."""
     rows = []
     for number, alert in enumerate(alerts, start=1):
         values = alert.get("values")
         shown = ", ".join(f"{k}={fmt_number(v, 5)}" for k, v in values.items()
-                          if k != "groups") if isinstance(values, dict) else ""
+                          if k not in ("groups", "first_mover")) if isinstance(values, dict) else ""
         rows.append({"n": number, "step": alert.get("step"), "time": fmt_time(alert.get("time")),
                      "detector": alert.get("detector"), "severity": alert.get("severity", ""),
                      "message": alert.get("message"), "values": shown, "action": alert.get("action"),
