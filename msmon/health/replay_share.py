@@ -78,6 +78,7 @@ def replay_split(monitor: HealthMonitor, share: Share) -> tuple[int, Raised]:
         theirs = pool.submit(replay_share, share)
         monitor.share(set(order) - share.names)
         count, raised = observe_records(monitor, share.metrics, share.boundaries)
-        merged = raised + theirs.result()
+        # a run still going: the second process may read records appended after this one's last
+        merged = raised + [item for item in theirs.result() if item[0] < count]
     merged.sort(key=lambda item: (item[1].step, item[0], order.index(item[1].detector)))
     return count, merged
