@@ -90,7 +90,7 @@ class LogWindow:
         syy = self._syy - self._sy * self._sy / n
         slope = sxy / sxx
         residual = syy - slope * sxy
-        if residual <= EXACT_FIT * syy:
+        if residual <= EXACT_FIT * abs(syy):  # a negative residual too: rounding
             return fit_slope(self.points)
         return slope, _t_stat(slope, residual, n, sxx)
 
