@@ -37,7 +37,7 @@ from msmon.config.health import HealthSettings, StallSettings  # noqa: E402
 from msmon.engine.record import StepProgress, interval_stats  # noqa: E402
 from msmon.health.alert import Alert  # noqa: E402
 from msmon.health.monitor import HealthMonitor  # noqa: E402
-from msmon.health.replay import read_records  # noqa: E402
+from msmon.records import read_records  # noqa: E402
 
 TRACES = ROOT / "bench" / "traces"
 START = 150  # fault onset step

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
@@ -106,8 +107,9 @@ def main() -> None:
             path = write(kind, Path(work) / kind, steps)
             written = time.perf_counter() - start
             size = sum(p.stat().st_size for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+            paths = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))  # e.g. orjson's
             proc = subprocess.run([sys.executable, __file__, "--load", str(path)], capture_output=True, text=True,
-                                  check=True, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+                                  check=True, cwd=root, env={"PYTHONPATH": paths, "PATH": "/usr/bin:/bin"})
             got = json.loads(proc.stdout.strip().splitlines()[-1])
             assert got["steps"] == steps, got
             print(f"{kind:6} {steps:>9} {written:>8.1f} {got['seconds']:>7.1f} {got['peak_mib']:>9.0f} "

@@ -11,6 +11,7 @@ from helpers_long_run import EXPLOSION_STEPS, anomaly_steps, long_run
 
 from msmon.health.monitor import HealthMonitor
 from msmon.health.replay import replay, run_dir_inputs
+from msmon.health.replay_share import SECOND_SHARE, Raised, Share, replay_split
 from msmon.records import check_record
 from msmon.view.report import build_report
 from msmon.view.series import load_run
@@ -42,6 +43,24 @@ def test_streamed_replay_of_a_long_run_finds_the_alerts_of_the_full_read(tmp_pat
     assert found["nonfinite"] == at["nan_loss"]
     assert at["loss_spike"] <= found["loss_spike"] < at["loss_spike"] + 10
     assert at["grad_explosion"] <= found["grad_explosion"] < at["grad_explosion"] + EXPLOSION_STEPS
+
+
+def test_a_replay_split_over_two_processes_finds_the_alerts_of_the_full_read(tmp_path: Path, monkeypatch) -> None:
+    run_dir = long_run(tmp_path / "p" / "long", RECORDS)
+    monkeypatch.setattr("msmon.util.split_read.MIN_PART_BYTES", 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    shares: list[frozenset[str]] = []
+
+    def split(monitor: HealthMonitor, share: Share) -> tuple[int, Raised]:
+        shares.append(share.names)
+        return replay_split(monitor, share)
+
+    monkeypatch.setattr("msmon.health.replay.replay_split", split)
+    parted = replay(run_dir)
+    assert shares == [SECOND_SHARE] and parted.records == RECORDS
+    alerts = [alert.to_dict() for alert in parted.alerts]
+    assert alerts == full_read_alerts(run_dir)
+    assert {alert["detector"] for alert in alerts} == {"loss_spike", "nonfinite", "grad_explosion", "throughput_drop"}
 
 
 def test_the_report_of_a_long_run_keeps_every_anomaly_visible(tmp_path: Path) -> None:

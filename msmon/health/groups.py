@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from msmon.config.metrics import GROUP_NORM_PREFIX, norm_group
+from msmon.config.metrics import norm_group
 from msmon.health.alert import Signal
 from msmon.util.numbers import as_number, fmt_number
 
@@ -64,14 +64,18 @@ class GroupNorms:
     def __init__(self) -> None:
         self._steps: deque[int] = deque(maxlen=HISTORY_LOGS)
         self._values: dict[str, deque[float]] = {}
+        self._keys: frozenset[str] = frozenset()  # the last record's keys ...
+        self._groups: tuple[tuple[str, str], ...] = ()  # ... and (key, group) of its per-group norms
 
     def observe(self, record: dict[str, Any]) -> None:
+        if record.keys() != self._keys:  # records of a run mostly have the same keys: look for groups once
+            self._keys = frozenset(record)
+            self._groups = tuple((key, group) for key in record if (group := norm_group(key)) is not None)
         found: dict[str, float] = {}
-        for key, value in record.items():
-            if key.startswith(GROUP_NORM_PREFIX):
-                group, number = norm_group(key), as_number(value)
-                if group is not None and number is not None:
-                    found[group] = number
+        for key, group in self._groups:
+            number = as_number(record[key])
+            if number is not None:
+                found[group] = number
         step = record.get("step")
         if not found or not isinstance(step, int):
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from msmon.anomaly import Anomaly, StopRequest
@@ -78,6 +78,12 @@ class HealthMonitor:
         self.stop: StopRequest | None = None  # the first stop a detector's action asked for
         self._last: dict[str, tuple[float | None, str]] = {}
         self._lock = threading.Lock()
+
+    def share(self, names: Collection[str]) -> None:
+        """Run only the detectors named ``names`` from now on (a long replay runs its detectors in two processes,
+        each its share: msmon.health.replay_share)."""
+        with self._lock:
+            self.detectors = [d for d in self.detectors if d.name in names]
 
     @property
     def alert_count(self) -> int:

@@ -20,8 +20,9 @@ from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
 from msmon.health.probed_steps import ProbedSteps
 from msmon.health.rank_costs import RankCosts, RankReport
+from msmon.health.replay_share import Share, observe_records, replay_split, second_share
 from msmon.health.rollback_forecast import Forecast, forecast
-from msmon.records import check_record, read_records
+from msmon.records import check_record
 from msmon.reference.band import reference_band
 from msmon.reference.sources.run_dir import run_global_batch
 from msmon.run_record import recorded
@@ -160,19 +161,13 @@ def replay(
     probed = ProbedSteps(source, live=False) if source.is_dir() else None  # as live: a profiled step is no drop
     monitor = HealthMonitor(settings, config, reference=band, probed=probed)
     monitor.set_total_steps(total)
-    count = 0
-    previous: int | None = None
-    for record in read_records(metrics):
-        # a later attempt starts here: the detectors see the restart as they did live
-        while boundaries and boundaries[0] < record["step"]:
-            if previous is not None and previous <= boundaries.pop(0):
-                monitor.resumed()
-        monitor.observe(record)
-        previous = record["step"]
-        count += 1
+    second = second_share(metrics, [detector.name for detector in monitor.detectors])
+    share = Share(metrics, source if source.is_dir() else None, settings, dict(config or {}), total, boundaries, second)
+    count, raised = replay_split(monitor, share) if second else observe_records(monitor, metrics, boundaries)
+    judged = len(monitor.alerts)
     if source.is_dir():
         replay_costs(monitor, read_costs(source))
-    alerts = sorted(monitor.alerts, key=lambda alert: alert.step)
+    alerts = sorted([alert for _, alert in raised] + monitor.alerts[judged:], key=lambda alert: alert.step)
     return Replayed(alerts, count, forecast(alerts, monitor.settings, config))
 
 

@@ -16,6 +16,19 @@ _DECODER = json.JSONDecoder()
 T = TypeVar("T")
 
 
+def _fast_loads() -> Callable[[str], Any] | None:
+    """orjson's loads when it is installed (a long run's records decode 3-4x faster; it refuses the NaN/Infinity
+    tokens Python writes, and those lines take the json module's path), else None."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson.loads
+
+
+_FAST_LOADS = _fast_loads()
+
+
 @dataclass
 class JsonLines:
     """The objects of a JSON Lines text and what could not be read.
@@ -57,8 +70,16 @@ class JsonLine(NamedTuple):
 
 def scan_lines(lines: Iterable[str], first_line: int = 1) -> Iterator[JsonLine]:
     """Each non-blank line of ``lines`` (each with its newline, the last one perhaps without) parsed in turn."""
-    decode = _DECODER.raw_decode
+    decode, fast = _DECODER.raw_decode, _FAST_LOADS
     for number, line in enumerate(lines, start=first_line):
+        if fast is not None:
+            try:  # the fastest path: orjson on one object (no NaN token)
+                data = fast(line)
+            except ValueError:
+                data = None
+            if type(data) is dict:
+                yield JsonLine(number, data)
+                continue
         try:  # the fast path: one object and the newline (a million lines a run)
             data, end = decode(line)
         except ValueError:

@@ -19,6 +19,8 @@ def as_number(value: Any, *, parse_strings: bool = False) -> float | None:
 
     Strings spelling NaN/Inf ("NaN", "+inf", "Infinity") always count; with ``parse_strings`` any numeric
     string counts too (a YAML value such as ``5e-3`` that a YAML 1.1 parser left as a string)."""
+    if type(value) is float:  # the common case, first: a million records a run
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):

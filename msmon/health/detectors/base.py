@@ -18,7 +18,8 @@ class Detector(Protocol):
 
 def metric(record: dict[str, Any], key: str) -> float | None:
     """The record's ``key`` as a float (NaN/Inf kept), or None when absent or not a number."""
-    return as_number(record.get(key))
+    value = record.get(key)
+    return value if type(value) is float else as_number(value)
 
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any
 
 from msmon.config.health import DeadSeriesSettings
@@ -22,7 +21,9 @@ class DeadSeriesDetector:
 
     def __init__(self, settings: DeadSeriesSettings) -> None:
         self.settings = settings
-        self._recent: dict[str, deque[float]] = {m: deque(maxlen=max(settings.window, 2)) for m in settings.metrics}
+        self._logs = max(settings.window, 2)  # a series this many logs at one value is constant
+        # each series' last value and how many logs in a row it held (up to self._logs)
+        self._runs: dict[str, tuple[float, int]] = dict.fromkeys(settings.metrics, (math.nan, 0))
         self._zeros = 0
         self._reported: set[str] = set()
 
@@ -38,17 +39,18 @@ class DeadSeriesDetector:
                 self._reported.add(ZERO)
                 found.append(f"grad_norm is exactly 0 for {self._zeros} logs (no gradient flows)")
                 values["grad_norm"] = gn
-        for name, recent in self._recent.items():
+        for name, (last, held) in self._runs.items():
             value = metric(record, name)
             if value is None or not math.isfinite(value):
                 continue
-            recent.append(value)
-            if len(recent) < (recent.maxlen or 0) or any(v != recent[0] for v in recent):
+            held = min(held + 1, self._logs) if value == last else 1
+            self._runs[name] = value, held
+            if held < self._logs:
                 self._reported.discard(name)
             elif name not in self._reported:
                 self._reported.add(name)
                 if not (name == "grad_norm" and value == 0 and ZERO in self._reported):
-                    found.append(f"{name} is exactly {fmt_number(value)} for {len(recent)} logs")
+                    found.append(f"{name} is exactly {fmt_number(value)} for {held} logs")
                 values[name] = value
         if not found:
             return None

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import deque
+from itertools import islice
 from typing import Any
 
 from msmon.config.health import GradExplosionSettings
 from msmon.config.schedule import Schedule
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.health.detectors.log_window import LogWindow, median_of_sorted
 from msmon.util.numbers import fmt_number
 
 LEVEL_LOGS = 5  # logs whose median is the current level of the robust path
@@ -20,23 +21,6 @@ def theil_sen(points: list[tuple[int, float]]) -> float:
     """The median of the pairwise slopes: a trend that one outlier cannot fake or hide."""
     slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1 :] if x2 != x1]
     return statistics.median(slopes) if slopes else 0.0
-
-
-def fit_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least-squares (slope, t statistic) of y over x; t is inf for an exact fit."""
-    n = len(points)
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum([(x - mx) ** 2 for x in xs])
-    if sxx <= 0:
-        return 0.0, 0.0
-    slope = sum([(x - mx) * (y - my) for x, y in points]) / sxx
-    residual = sum([(y - my - slope * (x - mx)) ** 2 for x, y in points])
-    se = math.sqrt(residual / max(n - 2, 1) / sxx)
-    if se <= 1e-15:
-        return slope, math.inf if slope > 0 else 0.0
-    return slope, slope / se
 
 
 class GradExplosionDetector:
@@ -65,7 +49,7 @@ class GradExplosionDetector:
         self.settings = settings
         self.schedule = schedule or Schedule()
         self.absolute_threshold = absolute_threshold
-        self._points: deque[tuple[int, float]] = deque()
+        self._window = LogWindow()
         self._low = math.inf
         self._low_step = 0  # the step whose window set the low: "since step N" in the alert
         self._growing = False
@@ -89,20 +73,20 @@ class GradExplosionDetector:
         start = (self.schedule.warmup_end or 0) + s.settle_steps
         if step <= start:
             return cap
-        self._points.append((step, math.log(gn)))
-        while len(self._points) > s.min_points and self._points[0][0] < step - s.window_steps:
-            self._points.popleft()
-        if len(self._points) < s.min_points or step - start < s.window_steps:
+        window = self._window
+        window.append(step, math.log(gn))
+        while len(window) > s.min_points and window.points[0][0] < step - s.window_steps:
+            window.popleft()
+        if len(window) < s.min_points or step - start < s.window_steps:
             return cap
-        points = list(self._points)
-        slope, t = fit_slope(points)
-        rolling = math.exp(statistics.median([y for _, y in points]))
+        slope, t = window.fit()
+        rolling = math.exp(window.median())
         if rolling < self._low:
             self._low, self._low_step = rolling, step
         ratio = gn / self._low
-        level = math.exp(statistics.median([y for _, y in points[-LEVEL_LOGS:]]))
+        level = math.exp(median_of_sorted(sorted(y for _, y in islice(reversed(window.points), LEVEL_LOGS))))
         growing = (slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio) or (
-            level >= s.level_ratio * self._low and theil_sen(points) >= s.growth_per_step
+            level >= s.level_ratio * self._low and theil_sen(list(window.points)) >= s.growth_per_step
         )
         self._streak = self._streak + 1 if growing else 0
         if not growing:
@@ -112,8 +96,8 @@ class GradExplosionDetector:
         if self._growing or self._streak < s.patience:
             return cap
         self._growing = True
-        first = math.exp(self._points[0][1])
-        span = step - self._points[0][0]
+        first = math.exp(window.points[0][1])
+        span = step - window.points[0][0]
         label = "grad_norm" if mean is None else "grad_norm (interval mean)"
         return Signal(
             "warning",
@@ -123,7 +107,7 @@ class GradExplosionDetector:
             {"grad_norm": own, **({} if mean is None else {"grad_norm_mean": mean}),
              "growth_per_step": math.exp(slope) - 1, "t_stat": t, "low": self._low, "low_step": self._low_step,
              "ratio": ratio, "window_steps": span, "loss": metric(record, "loss")},
-            onset_step=self._points[0][0],  # the growth is fitted from there
+            onset_step=window.points[0][0],  # the growth is fitted from there
         )
 
     def _cap(self, gn: float, label: str, previous: int | None, step: int) -> Signal | None:

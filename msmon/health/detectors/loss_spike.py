@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from collections import deque
 from typing import Any
 
 from msmon.config.health import LossSpikeSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.health.detectors.log_window import MedianWindow
 from msmon.util.numbers import fmt_number
 
 MIN_REL_NOISE = 0.01  # the noise never counts as less than 1% of the level (a flat baseline)
 Q75_OF_ABS_DIFF = 1.6268  # 75th percentile of |a - b| for a, b ~ N(0, sigma^2), in sigmas
 
 
-def noise_scale(values: list[float]) -> float:
-    """Noise sigma from the 75th percentile of step-to-step changes: a falling trend does not inflate
-    it, and the per-batch loss of a small batch (heavy-tailed, often two-moded) is not underestimated."""
-    diffs = sorted(abs(b - a) for a, b in zip(values, values[1:], strict=False))
-    return diffs[int(0.75 * (len(diffs) - 1))] / Q75_OF_ABS_DIFF if diffs else 0.0
+def noise_of_sorted(changes: list[float]) -> float:
+    """Noise sigma from the 75th percentile of the ascending step-to-step changes |b - a|: a falling trend does not
+    inflate it, and the per-batch loss of a small batch (heavy-tailed, often two-moded) is not underestimated."""
+    return changes[int(0.75 * (len(changes) - 1))] / Q75_OF_ABS_DIFF if changes else 0.0
 
 
 class LossSpikeDetector:
@@ -38,6 +38,8 @@ class LossSpikeDetector:
     def __init__(self, settings: LossSpikeSettings) -> None:
         self.settings = settings
         self._baseline: deque[float] = deque(maxlen=max(settings.window, settings.level_window, 3))
+        self._changes: list[float] = []  # |b - a| of each two neighbours in the baseline, ascending
+        self._level = MedianWindow(max(settings.level_window, 1))  # the baseline's last level_window values
         self._streak = 0
         self._since: int | None = None
         self._last_normal: int | None = None  # the last step whose loss entered the baseline
@@ -50,18 +52,15 @@ class LossSpikeDetector:
             return None
         s = self.settings
         if len(self._baseline) < max(s.warmup, 3):
-            self._baseline.append(loss)
-            self._last_normal = step
+            self._accept(loss, step)
             return None
-        values = list(self._baseline)
-        level = statistics.median(values[-max(s.level_window, 1) :])
+        level = self._level.median()
         # at or below the level z <= 0 < z_score: the noise is not needed
-        noise = max(noise_scale(values), MIN_REL_NOISE * abs(level), 1e-12) if loss > level else 1.0
+        noise = max(noise_of_sorted(self._changes), MIN_REL_NOISE * abs(level), 1e-12) if loss > level else 1.0
         z = (loss - level) / noise
         if not (z > s.z_score and (level <= 0 or loss > s.ratio * level)):
             self._streak, self._since, self._active = 0, None, False
-            self._baseline.append(loss)
-            self._last_normal = step
+            self._accept(loss, step)
             return None
         self._streak += 1
         self._since = step if self._since is None else self._since
@@ -78,3 +77,14 @@ class LossSpikeDetector:
              "since_step": self._since},
             onset_step=onset,
         )
+
+    def _accept(self, loss: float, step: int) -> None:
+        """``loss`` enters the baseline (its change from the last value with it; a full baseline's oldest leaves)."""
+        baseline, changes = self._baseline, self._changes
+        if len(baseline) == baseline.maxlen:
+            del changes[bisect.bisect_left(changes, abs(baseline[1] - baseline[0]))]
+        if baseline:
+            bisect.insort(changes, abs(loss - baseline[-1]))
+        baseline.append(loss)
+        self._level.append(loss)
+        self._last_normal = step

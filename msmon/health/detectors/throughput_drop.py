@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from typing import Any
 
 from msmon.config.health import ThroughputDropSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.health.detectors.log_window import MedianWindow, median_of_sorted
 from msmon.util.numbers import fmt_number
 
 
@@ -36,7 +36,7 @@ class ThroughputDropDetector:
 
     def __init__(self, settings: ThroughputDropSettings) -> None:
         self.settings = settings
-        self._baseline: deque[float] = deque(maxlen=max(settings.window, 1))
+        self._baseline = MedianWindow(max(settings.window, 1))
         self._recent: deque[float] = deque(maxlen=max(settings.patience, 1))
         self._seen = 0
         self._since: int | None = None
@@ -60,8 +60,8 @@ class ThroughputDropDetector:
         if len(self._baseline) < max(s.warmup, 1):
             self._baseline.append(value)
             return None
-        base = statistics.median(self._baseline)
-        current = statistics.median(self._recent)
+        base = self._baseline.median()
+        current = median_of_sorted(sorted(self._recent))
         if value >= s.fraction * base:
             self._baseline.append(value)  # slow values never enter the baseline, even between slow medians
         if current >= s.fraction * base:
