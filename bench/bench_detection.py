@@ -224,6 +224,8 @@ def stall_delay() -> tuple[float, float]:
     supervising loop polls it. (delay, timeout) in s."""
     import tempfile
 
+    import psutil
+
     from msmon.compat import PipelineLayout
     from msmon.config.schema import MonitorSettings
     from msmon.engine.rank_heartbeat import RankHeartbeat
@@ -233,8 +235,8 @@ def stall_delay() -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as run_dir:
         progress = StepProgress()  # the session's own progress, updated as the callback does
         heartbeat = RankHeartbeat(Path(run_dir), progress, 0, interval_s=0.2)
-        watcher = RankWatcher(Path(run_dir), settings, {}, pipeline=PipelineLayout(1), writer_rank=0, node_rank=None,
-                              local_ranks=dict, request_stop=lambda reason: None)
+        watcher = RankWatcher(Path(run_dir), settings, {}, pipeline=PipelineLayout(1), writer_rank=0, node_rank=None)
+        local = {0: psutil.Process()}  # this process is rank 0
         monitor = watcher.monitor
         assert monitor is not None
         monitor.sinks = []
@@ -245,11 +247,11 @@ def stall_delay() -> tuple[float, float]:
             now = time.monotonic()
             progress.add_step_seconds(now - (progress.last_end_monotonic or progress.begun_monotonic))
             progress.last_end_monotonic, progress.last_step = now, step
-            watcher.poll()
+            watcher.poll(local)
         hung = time.monotonic()
         deadline = hung + 30
         while not monitor.alerts and time.monotonic() < deadline:
-            watcher.poll()
+            watcher.poll(local)
             time.sleep(0.02)
         delay = time.monotonic() - hung
         heartbeat.stop("completed")
