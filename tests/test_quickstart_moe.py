@@ -10,6 +10,7 @@ clean quickstart before it and name that layer and expert after it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,17 @@ def test_a_router_pushed_towards_one_expert_raises_the_collapse_alert_naming_lay
     again = [a for a in json.loads(replayed.stdout) if a["detector"] in ROUTING_DETECTORS]
     assert [(a["detector"], a["step"], a["message"]) for a in again] == \
         [(a["detector"], a["step"], a["message"]) for a in alerts]
+
+
+@pytest.mark.training
+def test_moe_tflops_count_the_active_experts_as_mindformers_does(moe_run: Path) -> None:
+    """model_flops is mindformers' own count for the MoE model (its monitor's, here the test subclass in its place:
+    routed top-2 of 4 experts of width 64, no shared expert), and the TFLOPS the figures MFLossMonitor printed."""
+    info = (moe_run / "logs" / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace")
+    counted = re.search(r"Full model flops calculated: (\d+)", info)
+    assert counted is not None and int(counted.group(1)) == 112_066_560  # tests/test_model_flops.py: the formula's
+    printed = mindformers_step_lines(moe_run)
+    for row in records(moe_run):
+        assert row["model_flops"] == 112_066_560
+        assert round(row["tflops_per_device"], 3) == pytest.approx(printed[row["step"]]["tflops_per_device"],
+                                                                   abs=0.0011), row["step"]
