@@ -58,9 +58,13 @@ def test_the_routing_records_are_read_layer_by_layer_and_incomplete_layers_are_l
 
 
 def test_the_clean_moe_quickstart_raises_no_routing_alert():
-    """Its experts get 42-62% of the tokens (uniform: 50%), none ever 0, cv 0.006-0.16: far from every default."""
+    """Its experts get 40-62% of the tokens (uniform: 50%), none ever 0, cv 0.006-0.16: far from every default."""
     records = [json.loads(line) for line in CLEAN.read_text().splitlines()]
     assert len(records) == 20
+    fractions = [t * 2 / sum(tokens) for r in records for tokens in routed_tokens(r).values() for t in tokens]
+    cvs = [r[f"moe/layer_{layer}/cv"] for r in records for layer in (0, 1)]
+    assert (round(min(fractions), 2), round(max(fractions), 2)) == (0.40, 0.62)  # docs/health.md
+    assert 0.006 < min(cvs) and max(cvs) < 0.16
     monitor = HealthMonitor(HealthSettings(), CONFIG)
     assert set(ROUTING) <= {d.name for d in monitor.detectors}
     for record in records:
