@@ -30,6 +30,11 @@ Scenarios and targets:
   layers    core + layer_grad_norm, log_interval 10                    target <= 1.02
   profileaction  core + the writing rank's health detectors, throughput_drop and slow_step with action: profile
             configured and never triggered (the baseline profile, 5 steps after step 20, taken once)  target <= 1.01
+  moerouting  the MoE quickstart (quickstart-moe.yaml: 2 MoE layers, 4 experts, top-2) with core + moe_routing; its
+            gate switches the routing records alone (msmon's callback on in every block; msmon.engine.routing.enable
+            on and off a step before the block: an on block pays 9 of its 10 steps' adds of the routers' shares and
+            the read at its logging step, an off block 1 add)
+            target <= 1.01 (gated only: its separate runs would have no MoE baseline)
   ranks2    the same on 2 data-parallel ranks through msrun (real AllReduce): rank 0 writes, rank 1 reads its
             loss/grad_norm at its logging steps for its heartbeat; each rank gated in the same blocks
             (one row per rank)                                        target <= 1.01 on every rank
@@ -85,6 +90,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "profileaction": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01,
                       "health": {"throughput_drop": {"action": "profile"}, "slow_step": {"enabled": True,
                                                                                           "action": "profile"}}},
+    "moerouting": {"monitor_type": ["file", "mindinsight"], "log_interval": 10, "target": 1.01,
+                   "source": "quickstart-moe.yaml", "metrics": [*CORE, "moe_routing"], "gate": "routing"},
 }
 
 
@@ -95,6 +102,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
     from helpers_training import quickstart_parts, training_yaml, write_quickstart_config
 
     from msmon.config.coerce import build
+    from msmon.config.loader import QUICKSTARTS_DIR
     from msmon.config.mindformers_yaml import fit_checkpoint_section
     from msmon.config.schema import MonitorSettings
     from msmon.engine.backends import register_backend
@@ -117,6 +125,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         track_metrics=spec.get("metrics", CORE), mlflow={"tracking_uri": mlflow_uri},
         writer={"queue_size": spec.get("queue_size", 1000)}, overrides=parallel if world > 1 else None,
         **({"health": spec["health"]} if "health" in spec else {}),
+        **({"source": QUICKSTARTS_DIR / spec["source"]} if "source" in spec else {}),
     )
     training, monitor = quickstart_parts(path)
     fit_checkpoint_section(training)  # as msmon hands it over: no checkpoint: section on data-parallel ranks
@@ -138,6 +147,19 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
 
             attach(session, settings, settings.run_dir(), training, stall=False)
     inner = session.callback() if session is not None and spec.get("callback", True) else None
+    routing_gate = inner is not None and spec.get("gate") == "routing"  # msmon on throughout, the routing gated
+    adds: list[float] = []  # seconds of each step's adds of the routers' shares (the routing's per-step cost)
+    if routing_gate:
+        from msmon.engine import routing
+
+        add_shares = routing.add_shares
+
+        def timed_add_shares(model: Any, top_k: int) -> None:
+            begun = time.perf_counter()
+            add_shares(model, top_k)
+            adds.append(time.perf_counter() - begun)
+
+        routing.add_shares = timed_add_shares  # the tap looks it up at every call
     interval = spec["log_interval"]
     block = max(block, interval)  # every "on" block starts with a logging step
     process = psutil.Process()
@@ -148,6 +170,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
             super().__init__()
             self.last: float | None = None
             self.was_on = False
+            self.routing_on = True  # the callback's on_train_begin enables the routing records
             self.on: list[float] = []
             self.off: list[float] = []
             self.cost_log: list[float] = []
@@ -170,7 +193,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 self.model, self.cells = train_step_pair(run_context.original_args().train_network)
 
         def on_train_step_begin(self, run_context: Any) -> None:
-            if self.was_on:
+            if self.was_on or routing_gate:
                 started = time.perf_counter()
                 inner.on_train_step_begin(run_context)
                 self.cost_begin.append(time.perf_counter() - started)
@@ -182,15 +205,21 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
                 (self.on if self.was_on else self.off).append(now - self.last)
                 self.blocks.setdefault((step - 1) // block, []).append(now - self.last)
             self.was_on = inner is not None and (not gated or (step // block) % 2 == 1)
+            if routing_gate:  # a step early: the on block's first (logging) step reads a window, its last adds none
+                routing_on = not gated or ((step + 1) // block) % 2 == 1
+                if routing_on != self.routing_on:
+                    self.routing_on = routing_on
+                    routing.enable(routing_on)
             if self.cells:  # an interval holds one msmon call and the next step: both on, or both off
                 outputs = run_context.original_args().net_outputs
                 self.graphs.add((self.model._train_network is self.cells[True], len(outputs)))
                 self.model._train_network = self.cells[self.was_on]
-            if self.was_on:
+            if self.was_on or routing_gate:
                 started = time.perf_counter()
                 inner.on_train_step_end(run_context)
                 cost = time.perf_counter() - started
-                (self.cost_log if step % interval == 0 else self.cost_plain).append(cost)
+                if self.was_on:
+                    (self.cost_log if step % interval == 0 else self.cost_plain).append(cost)
             if step % 50 == 0:
                 self.rss.append(process.memory_info().rss / 2**20)
             if step >= 2 * block:
@@ -233,6 +262,7 @@ def child(scenario: str, steps: int, block: int, workdir: Path, mlflow_uri: str 
         "process_cpu_ms": process_cpu_per_step(gate.cpu),
         "tasks_cpu_ms": tasks_per_step(gate.tasks),
         "others_cpu_ms": others_per_step(gate.machine),
+        "routing_add_us": statistics.median(adds) * 1e6 if adds else None,
     }
 
 
@@ -395,8 +425,8 @@ def main() -> int:
                     workdir = Path(tmp) / f"gated_{scenario}_{round_}"
                     gated[scenario].extend(run_child(args, scenario, True, workdir, url))
                 for scenario in runs:
-                    if SCENARIOS.get(scenario, {}).get("ranks", 1) > 1:
-                        continue  # separate multi-rank runs differ by more than the effect: gated only
+                    if SCENARIOS.get(scenario, {}).get("ranks", 1) > 1 or "gate" in SCENARIOS.get(scenario, {}):
+                        continue  # separate multi-rank runs differ by more than the effect; no MoE baseline: gated
                     runs[scenario].extend(run_child(args, scenario, False, Path(tmp) / f"{scenario}_{round_}", url))
                 # a second run without msmon in each round: what two identical processes differ by (the control)
                 control.extend(run_child(args, "none", False, Path(tmp) / f"control_{round_}", url))
@@ -527,8 +557,10 @@ def row(scenario: str, gated: list[dict[str, Any]], runs: list[dict[str, Any]] |
     ratios = [g["pair_ratio"] for g in gated]
     blocks = sum(len(g["pair_ratios"]) for g in gated)
     pairs = " ".join(f"{r:.3f}" for r in ratios) + f" (spread {max(ratios) - min(ratios):.3f}; {blocks} blocks)"
+    adds = (f"; the routers' shares added in {median_of('routing_add_us'):.0f} us a step, steps "
+            f"{median_of('off_ms'):.1f} ms off") if gated[0].get("routing_add_us") is not None else ""
     return (f"{name:9} {gated_ratio:6.3f} {run_ratio:6.3f} {'<=' + str(target):>6}  {costs}  {rss:>11}  "
-            f"{gated[0]['dropped']:7d}  {gated[0]['written']}  {pairs}  {verdict}")
+            f"{gated[0]['dropped']:7d}  {gated[0]['written']}  {pairs}  {verdict}{adds}")
 
 
 if __name__ == "__main__":

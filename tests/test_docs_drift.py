@@ -34,6 +34,14 @@ CLAIMS = [
                        r"them; not in the first (?P<d>\d+) steps",
      {"a": "health.memory_growth.window_steps", "b": "health.memory_growth.min_fit",
       "c": "health.memory_growth.min_growth_mb", "d": "health.memory_growth.skip_steps"}),
+    ("docs/health.md", r"routes more than (?P<a>[\d.]+) of its tokens to one expert .* on (?P<b>\d+) consecutive logs",
+     {"a": "health.moe_collapse.fraction", "b": "health.moe_collapse.patience"}),
+    ("docs/health.md", r"exactly 0 tokens on consecutive logs \(at least 2\) spanning (?P<a>\d+) steps",
+     {"a": "health.moe_dead_experts.steps"}),
+    ("docs/health.md", r"lowest median of (?P<a>\d+) logs so far\) \+ (?P<b>[\d.]+) and above (?P<c>[\d.]+) x that "
+                       r"low, on (?P<d>\d+) consecutive logs",
+     {"a": "health.moe_imbalance_growth.level_logs", "b": "health.moe_imbalance_growth.rise",
+      "c": "health.moe_imbalance_growth.ratio", "d": "health.moe_imbalance_growth.patience"}),
 ]
 
 

@@ -267,7 +267,9 @@ def test_mindformers_own_moe_pretrain_config_passes_the_moe_checks(tmp_path: Pat
     assert not [f for f in _validate(shipped).findings if f.code in ("MS028", "MS029")]
 
 
-def test_the_routing_window_sums_each_layers_shares_until_taken_and_skips_dense_layers() -> None:
+@pytest.mark.parametrize("on_host", [False, True], ids=["device", "host"])
+def test_the_routing_window_sums_each_layers_shares_until_taken_and_skips_dense_layers(on_host: bool) -> None:
+    """On the device (queued adds, Ascend) and in host memory (a CPU) alike."""
     from types import SimpleNamespace as Obj
 
     import mindspore as ms
@@ -281,7 +283,7 @@ def test_the_routing_window_sums_each_layers_shares_until_taken_and_skips_dense_
         return Obj(mlp=Obj(router=Obj(fi_accu=ms.Parameter(ms.Tensor(np.array(shares, np.float32)), name="fi"))))
 
     model = Obj(decoder=Obj(layers=[layer([0.5, 0.25, 0.25, 0.0]), layer(None), layer([0.25] * 4)]))
-    routing.enable(True)
+    routing.enable(True, on_host=on_host)
     routing.add_shares(model, 2)
     for router in (model.decoder.layers[0].mlp.router, model.decoder.layers[2].mlp.router):
         shares = router.fi_accu.asnumpy().copy()

@@ -12,6 +12,7 @@ from helpers_training import QUICKSTARTS, mindformers_step_lines
 from omegaconf import OmegaConf
 
 from msmon.compat.devices import peak_tflops
+from msmon.config.loader import QUICKSTARTS_DIR
 from msmon.engine.step_costs import ModelFlops, Throughput, llama_ffn, model_flops, transformer_flops
 
 FULL_FLOPS = re.compile(r"Full model flops (?:is|calculated:) (\d+)")
@@ -38,6 +39,55 @@ def test_the_formula_equals_mindformers_mcore_count_for_the_qwen3_quickstart() -
     except AttributeError as exc:  # a mindformers whose formula reads another argument
         pytest.skip(f"mindformers' formula needs {exc}")
     assert transformer_flops(model, samples=2, seq=64) == theirs == 149_815_296
+
+
+def mindformers_mcore_flops(model: dict, samples: int, seq: int, **moe: object) -> float:
+    """mindformers 1.9's own count (``num_floating_point_operations``) for a Qwen3-like ``model`` config."""
+    from mindformers.models.utils import num_floating_point_operations
+
+    args = SimpleNamespace(
+        group_query_attention=True, num_attention_heads=model["num_attention_heads"],
+        num_query_groups=model["num_key_value_heads"], num_layers=model["num_hidden_layers"], mtp_num_layers=None,
+        ffn_hidden_size=model["intermediate_size"], moe_latent_size=None, swiglu=True, multi_latent_attention=False,
+        kv_channels=model["head_dim"], attention_output_gate=False, hidden_size=model["hidden_size"],
+        seq_length=seq, padded_vocab_size=model["vocab_size"], hybrid_layer_pattern=None,
+        experimental_attention_variant=None, linear_attention_freq=None, num_experts=model.get("num_experts"),
+        moe_router_topk=model.get("num_experts_per_tok"), moe_ffn_hidden_size=model.get("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=None, moe_layer_freq=1)
+    for key, value in moe.items():
+        setattr(args, key, value)
+    return float(num_floating_point_operations(args, samples))
+
+
+def test_moe_flops_count_the_active_experts_as_mindformers_does() -> None:
+    """Routed top-k plus shared experts, the dense layers apart: the MoE quickstart's figure is mindformers' printed
+    count (112,066,560, tests/test_quickstart_moe.py), and so are a shared expert and DeepSeek's dense first layer."""
+    config = OmegaConf.to_container(OmegaConf.load(QUICKSTARTS_DIR / "quickstart-moe.yaml"))
+    assert isinstance(config, dict)
+    model = config["model"]["model_config"]
+    assert transformer_flops(model, 2, 64) == mindformers_mcore_flops(model, 2, 64) == 112_066_560
+    shared = {**model, "n_shared_experts": 2}
+    assert transformer_flops(shared, 2, 64) == mindformers_mcore_flops(
+        model, 2, 64, moe_shared_expert_intermediate_size=128)
+    sized = {**model, "moe_shared_expert_intermediate_size": 96, "first_k_dense_replace": 1, "num_hidden_layers": 3}
+    assert transformer_flops(sized, 2, 64) == mindformers_mcore_flops(
+        {**model, "num_hidden_layers": 3}, 2, 64, moe_shared_expert_intermediate_size=96, moe_layer_freq=[0, 1, 1])
+    every_other = {**model, "num_hidden_layers": 4, "moe_layer_freq": 2}
+    assert transformer_flops(every_other, 2, 64) == mindformers_mcore_flops(
+        {**model, "num_hidden_layers": 4}, 2, 64, moe_layer_freq=2)
+    dense = {key: value for key, value in model.items() if key != "num_experts"}
+    assert transformer_flops(model, 2, 64) < transformer_flops(dense, 2, 64)  # 2 of 4 experts of 64 < one MLP of 256
+
+
+def test_a_subclass_in_mfloss_monitors_place_gives_mindformers_count() -> None:
+    class MFLossMonitor:
+        mf_calculated, full_model_flops, device_num = True, 8.0e12, 8
+
+    class DumpRouting(MFLossMonitor):  # tests/moe_callbacks.py: registered under MFLossMonitor's name
+        pass
+
+    mcore = {"use_legacy": False, "model": {"model_config": {}}}
+    assert model_flops([DumpRouting()], mcore, 2, 64, 8) == ModelFlops(1.0e12, "mindformers")
 
 
 def test_the_legacy_mlp_width_follows_llama_and_moe_counts_the_routed_experts_only() -> None:

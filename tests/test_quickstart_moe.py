@@ -2,12 +2,15 @@
 
 One run of the shipped file by name (200 steps, log interval 10): exit 0, the loss falls, and msmon's loss, lm
 loss, auxiliary load-balancing loss, grad norm and learning rate are the values MFLossMonitor printed; the routing
-records are the tokens the routers counted, read apart by a test callback at every step.
+records are the tokens the routers counted, read apart by a test callback at every step. From step 141 on the test
+callback pushes layer 1's router towards expert 2 (``PUSH_STEP``): the routing-health detectors stay silent on the
+clean quickstart before it and name that layer and expert after it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,15 +19,22 @@ from engine_support import summary_scalars
 from helpers_training import mindformers_step_lines
 from launch import records
 
+from msmon import layout
+
+PUSH_LAYER, PUSH_EXPERT, PUSH_STEP = 1, 2, 140  # tests/moe_callbacks.py: the router's push, from step 141 on
+ROUTING_DETECTORS = ("moe_collapse", "moe_dead_experts", "moe_imbalance_growth")
+
 
 @pytest.fixture(scope="module")
 def moe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory of `msmon run quickstart-moe --plain` (exit 0 asserted), its MFLossMonitor replaced by
-    tests/moe_callbacks.DumpRouting, which writes the routers' shares of every step to ``routing.jsonl`` beside it."""
+    tests/moe_callbacks.DumpRouting, which writes the routers' shares of every step to ``routing.jsonl`` beside it and
+pushes layer PUSH_LAYER's router towards expert PUSH_EXPERT after step PUSH_STEP."""
     cwd = tmp_path_factory.mktemp("quickstart_moe")
     result = run_msmon("run", "quickstart-moe", "monitor_config.run_name=moe",
                        "callbacks[0].auto_register=moe_callbacks.DumpRouting", "--plain", cwd=cwd, timeout=900,
-                       env={"MSMON_TEST_ROUTING_DUMP": str(cwd / "routing.jsonl")})
+                       env={"MSMON_TEST_ROUTING_DUMP": str(cwd / "routing.jsonl"),
+                            "MSMON_TEST_ROUTER_PUSH": f"{PUSH_LAYER}:{PUSH_EXPERT}:{PUSH_STEP}"})
     assert result.code == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return cwd / "monitor_logs" / "quickstart_moe" / "moe"
 
@@ -81,3 +91,40 @@ def test_the_routing_records_reach_the_board_as_scalars(moe_run: Path) -> None:
         assert len(routing) == 2 * (4 + 3)
         for key, value in routing.items():
             assert scalars[row["step"]][key] == pytest.approx(value, rel=1e-6), (row["step"], key)
+
+
+@pytest.mark.training
+def test_a_router_pushed_towards_one_expert_raises_the_collapse_alert_naming_layer_and_expert(moe_run: Path) -> None:
+    """No routing alert on the clean quickstart (steps 1-140); the push at step 141 raises moe_collapse naming layer 1
+    and expert 2 within 50 steps, with its onset at the push; the pushed expert really took every token; and
+    ``msmon replay`` of the run raises the same routing alerts."""
+    alerts = [a for a in records(moe_run, layout.ALERTS) if a["detector"] in ROUTING_DETECTORS]
+    assert [a for a in alerts if a["step"] <= PUSH_STEP] == []
+    collapse = [a for a in alerts if a["detector"] == "moe_collapse"]
+    assert collapse, alerts
+    first = collapse[0]
+    assert PUSH_STEP < first["step"] <= PUSH_STEP + 50, first
+    assert (first["values"]["layer"], first["values"]["experts"]) == (PUSH_LAYER, [PUSH_EXPERT]), first
+    assert first["onset_step"] == PUSH_STEP + 1
+    assert f"MoE layer {PUSH_LAYER} collapsed onto expert {PUSH_EXPERT}" in first["message"]
+    pushed = [r for r in records(moe_run) if r["step"] > PUSH_STEP]
+    assert all(r[f"moe/layer_{PUSH_LAYER}/expert_{PUSH_EXPERT}"] == pytest.approx(10 * 128) for r in pushed)
+    replayed = run_msmon("replay", str(moe_run), "--json")
+    assert replayed.code == 0, replayed.stderr[-2000:]
+    again = [a for a in json.loads(replayed.stdout) if a["detector"] in ROUTING_DETECTORS]
+    assert [(a["detector"], a["step"], a["message"]) for a in again] == \
+        [(a["detector"], a["step"], a["message"]) for a in alerts]
+
+
+@pytest.mark.training
+def test_moe_tflops_count_the_active_experts_as_mindformers_does(moe_run: Path) -> None:
+    """model_flops is mindformers' own count for the MoE model (its monitor's, here the test subclass in its place:
+    routed top-2 of 4 experts of width 64, no shared expert), and the TFLOPS the figures MFLossMonitor printed."""
+    info = (moe_run / "logs" / "output" / "log" / "rank_0" / "info.log").read_text(errors="replace")
+    counted = re.search(r"Full model flops calculated: (\d+)", info)
+    assert counted is not None and int(counted.group(1)) == 112_066_560  # tests/test_model_flops.py: the formula's
+    printed = mindformers_step_lines(moe_run)
+    for row in records(moe_run):
+        assert row["model_flops"] == 112_066_560
+        assert round(row["tflops_per_device"], 3) == pytest.approx(printed[row["step"]]["tflops_per_device"],
+                                                                   abs=0.0011), row["step"]

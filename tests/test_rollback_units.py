@@ -248,7 +248,8 @@ def test_only_the_detectors_that_bad_data_sets_off_may_roll_back() -> None:
     from msmon.config.coerce import build
     from msmon.config.health import ROLLBACK_DETECTORS
 
-    assert ROLLBACK_DETECTORS == ("nonfinite", "loss_spike", "grad_explosion")
+    assert ROLLBACK_DETECTORS == ("nonfinite", "loss_spike", "grad_explosion", "moe_collapse", "moe_dead_experts",
+                                  "moe_imbalance_growth")
     for name in ROLLBACK_DETECTORS:
         settings, findings = build(HealthSettings, {name: {"action": "rollback"}}, "monitor_config.health")
         assert findings == [] and getattr(settings, name).action == "rollback"

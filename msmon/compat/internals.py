@@ -81,7 +81,8 @@ CPU_BARRIER_PATCHES: dict[str, tuple[Patch, ...]] = dict.fromkeys(("1.8.0", "1.9
     Patch("mindformers.utils.load_checkpoint_utils", "barrier", "barrier"),
 ))
 
-#: Why the mcore models of 1.8-1.9 train on one CPU rank only (measured with the Qwen3 quickstart on two msrun ranks).
+#: Why the mcore models of 1.8-1.9 train on one CPU rank only (measured with the Qwen3 and the MoE quickstarts on two
+#: msrun ranks, docs/run.md).
 MCORE_CPU_RANKS = ("the mcore models (use_legacy false) of mindformers 1.8-1.9 cannot train on several CPU ranks (data"
                    " parallel resets parallel_config and the model refuses the world size; semi-auto: CPU invalid)")
 #: ``model.model_config`` keys (TransformerConfig attributes of the same name) that the CPU attention

@@ -146,6 +146,37 @@ class DeadSeriesSettings(DetectorSettings):
 
 
 @dataclass(frozen=True)
+class MoeCollapseSettings(RecoverableDetectorSettings):
+    """alert when an MoE layer routes nearly every token to the same expert(s): names the layer and the experts"""
+
+    top_k: int | None = doc(None, "experts each token is routed to (default: model.model_config.num_experts_per_tok "
+                            "or moe_router_topk; silent without it)", at_least=1)
+    fraction: float = doc(0.9, "collapse: an expert receives more than this fraction of the layer's tokens ...",
+                          above=0.0, at_most=1.0)
+    patience: int = doc(3, "... on this many consecutive logs", at_least=1)
+
+
+@dataclass(frozen=True)
+class MoeDeadExpertsSettings(RecoverableDetectorSettings):
+    """alert when an expert of an MoE layer receives no token at all for a window of steps: names the layer and the
+    experts"""
+
+    steps: int = doc(50, "training steps an expert's tokens stay exactly 0 (on at least 2 logs)", at_least=1)
+
+
+@dataclass(frozen=True)
+class MoeImbalanceGrowthSettings(RecoverableDetectorSettings):
+    """alert when an MoE layer's load imbalance (the cv of its tokens per expert) rises well above the layer's own
+    low: names the layer and its busiest experts"""
+
+    level_logs: int = doc(5, "a layer's level: the median cv of this many logs; its low: the lowest level so far",
+                          at_least=1)
+    rise: float = doc(0.25, "growth: the cv above the low + rise ...", above=0.0)
+    ratio: float = doc(2.0, "... and above ratio x the low ...", above=1.0)
+    patience: int = doc(3, "... on this many consecutive logs", at_least=1)
+
+
+@dataclass(frozen=True)
 class LearningRateSettings(DetectorSettings):
     """check the learning rate is finite, non-negative, and follows its schedule"""
 
@@ -303,6 +334,9 @@ class HealthSettings:
     grad_explosion: GradExplosionSettings = field(default_factory=GradExplosionSettings)
     dead_series: DeadSeriesSettings = field(default_factory=DeadSeriesSettings)
     learning_rate: LearningRateSettings = field(default_factory=LearningRateSettings)
+    moe_collapse: MoeCollapseSettings = field(default_factory=MoeCollapseSettings)
+    moe_dead_experts: MoeDeadExpertsSettings = field(default_factory=MoeDeadExpertsSettings)
+    moe_imbalance_growth: MoeImbalanceGrowthSettings = field(default_factory=MoeImbalanceGrowthSettings)
     throughput_drop: ThroughputDropSettings = field(default_factory=ThroughputDropSettings)
     stall: StallSettings = field(default_factory=StallSettings)
     slow_rank: SlowRankSettings = field(default_factory=SlowRankSettings)

@@ -96,6 +96,8 @@ def _moe_routing(cfg: Mapping[str, Any]) -> Exposure:
 
 #: ``model_config`` keys mindformers reads as the number of routed experts (transformer_config_utils).
 MOE_EXPERT_KEYS = ("num_experts", "num_moe_experts", "n_routed_experts", "expert_num")
+#: mindformers' spellings of the experts each token is routed to (transformer_config_utils), the usual one first.
+TOP_K_KEYS = ("num_experts_per_tok", "moe_router_topk", "num_experts_chosen")
 
 
 @dataclass(frozen=True)

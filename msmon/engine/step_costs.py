@@ -183,8 +183,9 @@ class ModelFlops:
 
 
 def from_loss_monitor(callbacks: Any, config: Mapping[str, Any] | None, devices: int) -> ModelFlops | None:
-    """The figure the run's ``MFLossMonitor`` prints from, per device, once it has counted it."""
-    monitor = next((cb for cb in callbacks or () if type(cb).__name__ == MONITOR), None)
+    """The figure the run's ``MFLossMonitor`` (or a subclass in its place) prints from, per device, once it has counted
+    it."""
+    monitor = next((cb for cb in callbacks or () if any(kind.__name__ == MONITOR for kind in type(cb).__mro__)), None)
     full = getattr(monitor, "full_model_flops", None)
     if not getattr(monitor, "mf_calculated", False) or not isinstance(full, int | float) or full <= 0:
         return None
@@ -224,13 +225,35 @@ def transformer_flops(model: Mapping[str, Any], samples: int, seq: int) -> float
     tokens = samples * seq
     attention = 4 * tokens * hidden * head_dim * (heads + kv_heads) + 2 * tokens * seq * heads * head_dim
     experts = _int(model, "num_experts", "num_moe_experts", "n_routed_experts")
-    routed = _int(model, "moe_router_topk", "num_experts_per_tok") if experts else None
-    expert_ffn = _int(model, "moe_ffn_hidden_size", "moe_intermediate_size") or ffn
-    shared = _int(model, "moe_shared_expert_intermediate_size", "shared_expert_intermediate_size") or 0
-    width = (routed or 1) * (expert_ffn if routed else ffn) + (shared if routed else 0)
-    mlp = (6 if gated else 4) * tokens * hidden * width
+    routed = _int(model, "moe_router_topk", "num_experts_per_tok", "num_experts_chosen") if experts else None
+    per_width = (6 if gated else 4) * tokens * hidden
+    moe = moe_layers(model, layers) if routed else 0
+    mlp = per_width * ((layers - moe) * ffn + moe * moe_active_width(model, routed or 0, ffn))
     logits = 2 * tokens * hidden * vocab
-    return 3.0 * (layers * (attention + mlp) + logits)
+    return 3.0 * (layers * attention + mlp + logits)
+
+
+def moe_active_width(model: Mapping[str, Any], routed: int, ffn: int) -> int:
+    """The MLP width one token passes through in an MoE layer: its ``routed`` (top-k) experts and the shared experts
+    (``moe_shared_expert_intermediate_size``, else ``n_shared_experts`` x the expert width), as mindformers counts."""
+    expert_ffn = _int(model, "moe_ffn_hidden_size", "moe_intermediate_size") or ffn
+    shared = _int(model, "moe_shared_expert_intermediate_size", "shared_expert_intermediate_size")
+    if shared is None:
+        shared = (_int(model, "n_shared_experts", "shared_expert_num") or 0) * expert_ffn
+    return routed * expert_ffn + shared
+
+
+def moe_layers(model: Mapping[str, Any], layers: int) -> int:
+    """How many of the ``layers`` are MoE layers: all but the first ``first_k_dense_replace``, else those
+    ``moe_layer_freq`` marks (every f-th from layer 0, or a 0/1 list), else all (mindformers' TransformerConfig)."""
+    dense_first = _int(model, "first_k_dense_replace")
+    if dense_first is not None:
+        return max(0, layers - dense_first)
+    freq = model.get("moe_layer_freq")
+    if isinstance(freq, list | tuple):
+        return sum(1 for flag in freq[:layers] if flag)
+    every = positive_int(freq)
+    return len(range(0, layers, every)) if every else layers
 
 
 def model_flops(callbacks: Any, config: Mapping[str, Any] | None, samples: int, seq: int | None,

@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from msmon.compat import MOE_RULES, known, package_version, use_legacy
-from msmon.config.metrics import MOE_EXPERT_KEYS
+from msmon.config.metrics import MOE_EXPERT_KEYS, TOP_K_KEYS
 from msmon.errors import MsmonError
 from msmon.findings import Finding, error
 from msmon.validate.context import CheckContext
 
 MODEL = "model.model_config"
-#: mindformers' spellings of the same TransformerConfig field (transformer_config_utils), the usual one first.
-TOP_K_KEYS = ("num_experts_per_tok", "moe_router_topk", "num_experts_chosen")
 SCALING_KEYS = ("routed_scaling_factor", "moe_router_topk_scaling_factor")
 GROUPED_KEYS = ("moe_grouped_gemm", "use_gmm")
 BALANCING_KEY = "moe_router_load_balancing_type"

@@ -9,6 +9,7 @@ from msmon.compat import global_norm_spike_threshold
 from msmon.compat.template import checkpoint_saving
 from msmon.config.health import HealthSettings
 from msmon.config.hyperparameters import hyperparameters
+from msmon.config.metrics import TOP_K_KEYS
 from msmon.config.schedule import schedule_from_config
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.chance_level import ChanceLevelDetector
@@ -18,12 +19,16 @@ from msmon.health.detectors.grad_explosion import GradExplosionDetector
 from msmon.health.detectors.grad_norm_bound import GradNormBoundDetector
 from msmon.health.detectors.learning_rate import LearningRateDetector
 from msmon.health.detectors.loss_spike import LossSpikeDetector
+from msmon.health.detectors.moe_collapse import MoeCollapseDetector
+from msmon.health.detectors.moe_dead_experts import MoeDeadExpertsDetector
+from msmon.health.detectors.moe_imbalance_growth import MoeImbalanceGrowthDetector
 from msmon.health.detectors.nonfinite import NonFiniteDetector
 from msmon.health.detectors.reference_drift import ReferenceDriftDetector
 from msmon.health.detectors.slow_step import SlowStepDetector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.detectors.throughput_drop import ThroughputDropDetector
 from msmon.reference.band import ReferenceBand
+from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
 
@@ -49,6 +54,15 @@ def vocab_size(config: Mapping[str, Any] | None, given: int | None = None) -> in
     return positive_int(value)
 
 
+def moe_top_k(config: Mapping[str, Any] | None, given: int | None = None) -> int | None:
+    """The experts each token is routed to: ``given`` (``health.moe_collapse.top_k``), else the model config's."""
+    if given is not None:
+        return given
+    model = dotted_get(config or {}, "model.model_config")
+    found = (positive_int(model.get(key)) for key in TOP_K_KEYS) if isinstance(model, Mapping) else iter(())
+    return next((value for value in found if value is not None), None)
+
+
 def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None,
                     reference: ReferenceBand | None = None) -> list[Detector]:
     """The enabled detectors in a fixed order (the same list live and in replay); ``reference_drift`` with a
@@ -65,6 +79,10 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
         (settings.dead_series.enabled, lambda: DeadSeriesDetector(settings.dead_series)),
         (settings.loss_spike.enabled, lambda: LossSpikeDetector(settings.loss_spike)),
         (grad.enabled, lambda: GradExplosionDetector(grad, schedule, threshold)),
+        (settings.moe_collapse.enabled,
+         lambda: MoeCollapseDetector(settings.moe_collapse, moe_top_k(config, settings.moe_collapse.top_k))),
+        (settings.moe_dead_experts.enabled, lambda: MoeDeadExpertsDetector(settings.moe_dead_experts)),
+        (settings.moe_imbalance_growth.enabled, lambda: MoeImbalanceGrowthDetector(settings.moe_imbalance_growth)),
         (settings.learning_rate.enabled, lambda: LearningRateDetector(settings.learning_rate, schedule)),
         (settings.throughput_drop.enabled, lambda: ThroughputDropDetector(settings.throughput_drop)),
         (settings.slow_step.enabled, lambda: SlowStepDetector(settings.slow_step, slow_step_intervals(config))),
