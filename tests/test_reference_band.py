@@ -116,3 +116,33 @@ def test_the_first_exact_and_band_partings_name_the_metric_and_step(tmp_path):
     assert first_band_parting(load_reference(table(tmp_path, "in", curve(1.01, seed=2.0))), band, settings) is None
     out = first_band_parting(load_reference(table(tmp_path, "out", curve(1.3, seed=2.0))), band, settings)
     assert out is not None and (out.metric, out.step) == ("loss", 1) and out.low < out.expected < out.high < out.value
+
+
+def noisy(level: float, seed: int, steps: int = 300, sigma: float = 0.1) -> list[dict]:
+    """``curve``'s falling loss and flat grad norm at ``level``, each log scattered by a factor exp(N(0, sigma))."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [{"step": s, "loss": level * (1.5 + 2.5 * math.exp(-s / 60)) * math.exp(sigma * rng.standard_normal()),
+             "grad_norm": level * math.exp(sigma * rng.standard_normal())} for s in range(1, steps + 1)]
+
+
+def test_two_references_that_agree_closely_draw_a_band_no_narrower_than_their_own_noise(tmp_path):
+    """Two seeds whose curves happen to agree say little about a third: the band is never narrower than noise_factor
+    x the references' own scatter of one log (here 10%: +-6 x 0.1 in the logs, about -45%..+82%)."""
+    import numpy as np
+
+    from msmon.reference.band import step_noise
+
+    refs = [table(tmp_path, "a", noisy(1.0, seed=0)), table(tmp_path, "b", noisy(1.0, seed=1))]
+    third = noisy(1.4, seed=2)  # 40% above both, as far as another seed of a quickstart may lie
+    assert drift(third, refs) == []
+    assert drift(third, refs, noise_factor=0.0)  # their own spread alone: too narrow
+    far = drift(noisy(2.5, seed=2), refs)  # 2.5x: outside, from the first logs
+    assert far and "loss left" in far[0].message and "grad_norm left" in far[0].message, far
+    assert drift(curve(1.08), [table(tmp_path, "one", noisy(1.0, seed=0))])  # one reference: the tolerance alone
+    # the scatter of one log from the second differences: the trend (a falling loss, a schedule) adds nothing
+    steps = np.arange(1, 2001, dtype=float)
+    scattered = np.exp(2.0 - steps / 500 + 0.2 * np.random.default_rng(3).standard_normal(len(steps)))
+    assert 0.18 < step_noise(scattered) < 0.22
+    assert step_noise(5e-3 * np.cos(steps / 2000)) < 1e-3 and step_noise(np.array([1.0, 2.0])) == 0.0

@@ -88,6 +88,8 @@ class ReferenceDriftSettings(DetectorSettings):
                             at_least=1)
     spread_factor: float = doc(4.0, "the band: the references' centre +- this x their half-range ...", above=0.0)
     span_steps: int = doc(100, "... the largest half-range within this many steps either side ...", at_least=0)
+    noise_factor: float = doc(6.0, "... never narrower than this x the references' own noise (one log's scatter about "
+                              "its trend; two or more references) ...", at_least=0.0)
     tolerance: float = doc(0.05, "... and never narrower than this fraction (the band of a single reference)",
                            above=0.0)
     patience: int = doc(3, "consecutive logs outside the band before the alert", at_least=1)

@@ -2,12 +2,14 @@
 
 Positive metrics (loss, grad norm) are compared as logs: a band a fixed fraction wide at every scale. The spread is
 what the references themselves disagree by (runs of different seeds), widened to the largest disagreement nearby so
-that a moment where two curves happen to cross is no narrow point, and never narrower than the tolerance.
+that a moment where two curves happen to cross is no narrow point, never narrower than a multiple of the references'
+own noise (two seeds that happen to agree for a long stretch say little about a third) nor than the tolerance.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
@@ -21,6 +23,8 @@ from msmon.reference.curve import ReferenceCurve
 
 if TYPE_CHECKING:
     import numpy as np
+
+MAD_TO_SIGMA = 1.4826  # a normal sample's standard deviation over its median absolute deviation
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,18 @@ def smoothed_logs(steps: np.ndarray, values: np.ndarray, smooth_steps: int) -> t
     return steps, np.nanmedian(sliding_window_view(padded, width), axis=1)
 
 
+def step_noise(values: np.ndarray) -> float:
+    """The scatter of one log of a positive metric (the standard deviation of its log), robustly from the second
+    differences of its finite positive values' logs (6 x the variance of white noise; a straight or slowly bending
+    trend, such as a learning-rate schedule, adds nothing): 0 with fewer than 3 values."""
+    import numpy as np
+
+    logs = np.log(values[np.isfinite(values) & (values > 0)])
+    if len(logs) < 3:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(np.diff(logs, n=2))) / math.sqrt(6))
+
+
 def build_band(curves: Sequence[ReferenceCurve], settings: ReferenceDriftSettings,
                run_batch: int | None = None) -> ReferenceBand:
     """The band of ``settings.metrics`` that every reference has; MsmonError when they share none."""
@@ -140,6 +156,10 @@ def build_band(curves: Sequence[ReferenceCurve], settings: ReferenceDriftSetting
         reach = int(round(settings.span_steps / max(interval, 1.0)))
         spread = maximum_filter1d(half_range, size=2 * reach + 1, mode="nearest")
         half = np.maximum(settings.spread_factor * spread, math.log1p(settings.tolerance))
+        if len(curves) > 1:
+            noise = math.sqrt(statistics.fmean(step_noise(np.asarray(c.series[metric], dtype=float)) ** 2
+                                               for c in curves))
+            half = np.maximum(half, settings.noise_factor * noise)
         bands[metric] = MetricBand(metric, array("d", grid.tolist()), array("d", logs.mean(axis=0).tolist()),
                                    array("d", half.tolist()))
     if not bands:
