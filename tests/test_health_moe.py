@@ -22,7 +22,7 @@ from msmon.health.detectors import build_detectors, moe_top_k
 from msmon.health.detectors.moe_collapse import MoeCollapseDetector
 from msmon.health.detectors.moe_dead_experts import MoeDeadExpertsDetector
 from msmon.health.detectors.moe_imbalance_growth import MoeImbalanceGrowthDetector
-from msmon.health.detectors.moe_layers import routed_tokens
+from msmon.health.detectors.moe_layers import RoutedTokens
 from msmon.health.monitor import HealthMonitor
 
 CLEAN = Path(__file__).parent / "data" / "moe_quickstart_routing.jsonl"
@@ -53,15 +53,17 @@ def test_the_routing_records_are_read_layer_by_layer_and_incomplete_layers_are_l
     record = log(10, BALANCED, COLLAPSED)
     record["moe/layer_2/expert_1"] = 5.0  # no expert_0: not a whole layer
     record["moe/layer_x/expert_0"] = 1.0
-    assert routed_tokens(record) == {0: BALANCED, 1: COLLAPSED}
-    assert routed_tokens({"step": 1, "loss": 2.0}) == {}
+    routed = RoutedTokens()
+    assert routed(record) == {0: BALANCED, 1: COLLAPSED}
+    assert routed({"step": 1, "loss": 2.0}) == {}
+    assert routed(record) == {0: BALANCED, 1: COLLAPSED}  # the keys found again
 
 
 def test_the_clean_moe_quickstart_raises_no_routing_alert():
     """Its experts get 40-62% of the tokens (uniform: 50%), none ever 0, cv 0.006-0.16: far from every default."""
     records = [json.loads(line) for line in CLEAN.read_text().splitlines()]
     assert len(records) == 20
-    fractions = [t * 2 / sum(tokens) for r in records for tokens in routed_tokens(r).values() for t in tokens]
+    fractions = [t * 2 / sum(tokens) for r in records for tokens in RoutedTokens()(r).values() for t in tokens]
     cvs = [r[f"moe/layer_{layer}/cv"] for r in records for layer in (0, 1)]
     assert (round(min(fractions), 2), round(max(fractions), 2)) == (0.40, 0.62)  # docs/health.md
     assert 0.006 < min(cvs) and max(cvs) < 0.16

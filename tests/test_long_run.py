@@ -59,7 +59,8 @@ def test_a_replay_split_over_two_processes_finds_the_alerts_of_the_full_read(tmp
     parted = replay(run_dir)
     assert shares == [SECOND_SHARE] and parted.records == RECORDS
     alerts = [alert.to_dict() for alert in parted.alerts]
-    assert alerts == full_read_alerts(run_dir)
+    # as alerts.jsonl holds them: a NaN from the other process is another float object (NaN != NaN)
+    assert json.dumps(alerts) == json.dumps(full_read_alerts(run_dir))
     assert {alert["detector"] for alert in alerts} == {"loss_spike", "nonfinite", "grad_explosion", "throughput_drop"}
 
 

@@ -134,19 +134,24 @@ class FirstMovers:
     def __init__(self) -> None:
         self._steps: deque[int] = deque(maxlen=KEPT_LOGS)
         self._values: dict[str, deque[float | None]] = {}
+        self._keys: frozenset[str] = frozenset()  # the last record's keys ...
+        self._watched: tuple[str, ...] = ()  # ... and those of its series (found once per set of keys)
 
     def observe(self, record: dict[str, Any]) -> None:
         step = record.get("step")
         if not isinstance(step, int):
             return
-        found = {key: number for key, value in record.items()
-                 if (key in WHOLE or key.startswith(GROUP_PREFIXES)) and (number := as_number(value)) is not None}
+        if record.keys() != self._keys:
+            self._keys = frozenset(record)
+            self._watched = tuple(key for key in record if key in WHOLE or key.startswith(GROUP_PREFIXES))
+            for key in self._watched:
+                if key not in self._values:
+                    self._values[key] = deque([None] * len(self._steps), maxlen=KEPT_LOGS)
+        found = {key: number for key in self._watched if (number := as_number(record[key])) is not None}
         rate = as_number(record.get("learning_rate"))
         if rate is not None and math.isfinite(rate) and rate > 0:  # an update scales with the rate: its schedule
             found.update({key: value / rate for key, value in found.items() if key.startswith(UPDATE_RATIO_PREFIX)})
         self._steps.append(step)
-        for key in found.keys() - self._values.keys():
-            self._values[key] = deque([None] * (len(self._steps) - 1), maxlen=KEPT_LOGS)
         for key, series in self._values.items():
             series.append(found.get(key))
 

@@ -17,7 +17,7 @@ from msmon.records import read_records
 from msmon.util.split_read import parts_for
 
 #: the second process's detectors: about half of the detectors' time on a long run's records (bench_long_run.py)
-SECOND_SHARE = frozenset({"grad_explosion", "learning_rate", "dead_series"})
+SECOND_SHARE = frozenset({"grad_explosion", "learning_rate", "dead_series", "nonfinite"})
 
 Raised = list[tuple[int, Alert]]  # (the index of the record that raised it, the alert)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from msmon.config.health import MoeCollapseSettings
 from msmon.health.alert import Signal
-from msmon.health.detectors.moe_layers import LogSteps, experts_text, routed_tokens
+from msmon.health.detectors.moe_layers import LogSteps, RoutedTokens, experts_text
 
 
 class MoeCollapseDetector:
@@ -20,12 +20,13 @@ class MoeCollapseDetector:
         self.settings = settings
         self.top_k = top_k
         self._logs = LogSteps()
+        self._routed = RoutedTokens()
         self._streak: dict[int, tuple[int, int]] = {}  # layer -> (consecutive logs collapsed, the onset step)
         self._reported: set[int] = set()
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         step = record.get("step")
-        layers = routed_tokens(record)
+        layers = self._routed(record)
         if not layers or self.top_k is None or not isinstance(step, int):
             return None
         onset = self._logs.onset(step)

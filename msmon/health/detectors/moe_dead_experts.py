@@ -6,7 +6,7 @@ from typing import Any
 
 from msmon.config.health import MoeDeadExpertsSettings
 from msmon.health.alert import Signal
-from msmon.health.detectors.moe_layers import LogSteps, experts_text, routed_tokens
+from msmon.health.detectors.moe_layers import LogSteps, RoutedTokens, experts_text
 
 
 class MoeDeadExpertsDetector:
@@ -18,12 +18,13 @@ class MoeDeadExpertsDetector:
     def __init__(self, settings: MoeDeadExpertsSettings) -> None:
         self.settings = settings
         self._logs = LogSteps()
+        self._routed = RoutedTokens()
         self._idle: dict[tuple[int, int], tuple[int, int]] = {}  # (layer, expert) -> (the first idle step, logs)
         self._reported: set[tuple[int, int]] = set()
 
     def observe(self, record: dict[str, Any]) -> Signal | None:
         step = record.get("step")
-        layers = routed_tokens(record)
+        layers = self._routed(record)
         if not layers or not isinstance(step, int):
             return None
         onset = self._logs.onset(step)

@@ -9,7 +9,7 @@ from typing import Any
 
 from msmon.config.health import MoeImbalanceGrowthSettings
 from msmon.health.alert import Signal
-from msmon.health.detectors.moe_layers import LogSteps, experts_text, layer_cv, routed_tokens
+from msmon.health.detectors.moe_layers import LogSteps, RoutedTokens, experts_text, layer_cv
 from msmon.util.numbers import fmt_number
 
 
@@ -23,6 +23,7 @@ class MoeImbalanceGrowthDetector:
     def __init__(self, settings: MoeImbalanceGrowthSettings) -> None:
         self.settings = settings
         self._logs = LogSteps()
+        self._routed = RoutedTokens()
         self._recent: dict[int, deque[float]] = {}
         self._low: dict[int, float] = {}
         self._streak: dict[int, tuple[int, int]] = {}  # layer -> (consecutive logs grown, the onset step)
@@ -31,7 +32,7 @@ class MoeImbalanceGrowthDetector:
     def observe(self, record: dict[str, Any]) -> Signal | None:
         s = self.settings
         step = record.get("step")
-        layers = routed_tokens(record)
+        layers = self._routed(record)
         if not layers or not isinstance(step, int):
             return None
         onset = self._logs.onset(step)

@@ -15,21 +15,36 @@ LAYER = "layer_"
 EXPERT = "/expert_"
 
 
-def routed_tokens(record: dict[str, Any]) -> dict[int, list[float]]:
-    """Each MoE layer's tokens per expert (expert e at index e), layers in order; a layer whose experts are not all
-    there as finite numbers is left out."""
-    layers: dict[int, dict[int, float]] = {}
-    for key, value in record.items():
-        if not is_expert_tokens(key):
-            continue
-        layer_part, _, expert_part = key[len(MOE_PREFIX):].partition(EXPERT)
-        number = as_number(value)
-        if not (layer_part.startswith(LAYER) and layer_part[len(LAYER):].isdigit() and expert_part.isdigit()):
-            continue
-        if number is not None and math.isfinite(number):
-            layers.setdefault(int(layer_part[len(LAYER):]), {})[int(expert_part)] = number
-    return {layer: [experts[e] for e in range(len(experts))] for layer, experts in sorted(layers.items())
-            if sorted(experts) == list(range(len(experts)))}
+def expert_key(key: str) -> tuple[int, int] | None:
+    """(layer, expert) of a record key holding one expert's token count (``moe/layer_0/expert_3``), else None."""
+    if not is_expert_tokens(key):
+        return None
+    layer_part, _, expert_part = key[len(MOE_PREFIX):].partition(EXPERT)
+    if not (layer_part.startswith(LAYER) and layer_part[len(LAYER):].isdigit() and expert_part.isdigit()):
+        return None
+    return int(layer_part[len(LAYER):]), int(expert_part)
+
+
+class RoutedTokens:
+    """``routed(record)``: each MoE layer's tokens per expert (expert e at index e), layers in order; a layer whose
+    experts are not all there as finite numbers is left out. The keys that hold them are found once per set of
+    record keys (a run's records mostly have the same keys: a record without routing costs a set comparison)."""
+
+    def __init__(self) -> None:
+        self._keys: frozenset[str] = frozenset()
+        self._experts: tuple[tuple[str, int, int], ...] = ()  # (key, layer, expert)
+
+    def __call__(self, record: dict[str, Any]) -> dict[int, list[float]]:
+        if record.keys() != self._keys:
+            self._keys = frozenset(record)
+            self._experts = tuple((key, *found) for key in record if (found := expert_key(key)) is not None)
+        layers: dict[int, dict[int, float]] = {}
+        for key, layer, expert in self._experts:
+            number = as_number(record[key])
+            if number is not None and math.isfinite(number):
+                layers.setdefault(layer, {})[expert] = number
+        return {layer: [experts[e] for e in range(len(experts))] for layer, experts in sorted(layers.items())
+                if sorted(experts) == list(range(len(experts)))}
 
 
 def layer_cv(record: dict[str, Any], layer: int) -> float | None:
