@@ -30,11 +30,11 @@ from typing import Any
 from msmon.config.metrics import GROUP_PREFIXES, UPDATE_RATIO_PREFIX, norm_group
 from msmon.health.alert import Signal
 from msmon.health.groups import EXPLAINED
-from msmon.util.numbers import as_number
+from msmon.util.numbers import MAD_TO_SIGMA, as_number
 
 BASELINE_LOGS = 20
 MIN_BASELINE = 5
-MADS = 3.0  # scaled MADs (x1.4826: about standard deviations of a normal series)
+MADS = 3.0  # scaled MADs (x MAD_TO_SIGMA: about standard deviations of a normal series)
 MIN_FACTOR = 1.2  # and at least x1.2 (or /1.2) away from the median: a near-constant series' tiny wobble is none
 LOOKBACK_LOGS = 256  # a departure starts at most this many logs before the alert
 KEPT_LOGS = LOOKBACK_LOGS + BASELINE_LOGS
@@ -78,7 +78,7 @@ class FirstMover:
 def _band(logs: Sequence[float]) -> tuple[float, float]:
     """(median, half width) of a baseline's logarithms."""
     middle = statistics.median(logs)
-    spread = 1.4826 * statistics.median([abs(v - middle) for v in logs])
+    spread = MAD_TO_SIGMA * statistics.median([abs(v - middle) for v in logs])
     return middle, max(MADS * spread, math.log(MIN_FACTOR))
 
 

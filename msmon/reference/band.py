@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING
 from msmon.config.health import ReferenceDriftSettings
 from msmon.errors import MsmonError
 from msmon.reference.curve import ReferenceCurve
+from msmon.util.numbers import MAD_TO_SIGMA
 
 if TYPE_CHECKING:
     import numpy as np
-
-MAD_TO_SIGMA = 1.4826  # a normal sample's standard deviation over its median absolute deviation
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+#: A normal sample's standard deviation over its median absolute deviation (a MAD scaled to a sigma).
+MAD_TO_SIGMA = 1.4826
+
 #: Spellings of non-finite values read back from JSON files (Python's json writes NaN/Infinity tokens;
 #: strict JSON writers use these strings).
 NONFINITE_STRINGS: dict[str, float] = {
