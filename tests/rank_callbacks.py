@@ -14,8 +14,9 @@ before msmon's own callback (mindformers runs the config's callbacks first).
   checkpoint write would): host work outside the train step that holds the other ranks back at the next collective.
 - ``LeakHostMemory``: keeps ``mb`` MiB of written bytes at every step end: host memory that grows by exactly that
   much a step.
-- ``BusyCoreFrom``: from one step on, every thread of the process shares one core with a thread that hashes without
-  the GIL (a CPU-bound neighbour on the host): the operators take about twice their time.
+- ``BusyCoreFrom``: from one step on, every thread of the process shares one core with ``hashers`` threads that hash
+  without the GIL (CPU-bound neighbours on the host): the training keeps at most 1 / (hashers + 1) of one core, so the
+  drop stays several-fold when a busy machine has already slowed the steps before it.
 - ``GrowBlock``: from one step on, makes block ``block``'s gradients grow by ``factor`` per step without changing
   what the network computes: it divides some of the block's weights by the factor and multiplies the weights that
   undo it (the legacy attention's wq/wk and wv/wo and its ffn's w3/w2; the mcore linear_qkv, whose query and key
@@ -80,17 +81,18 @@ class SlowHostOnRank(Callback):
 
 
 class BusyCoreFrom(Callback):
-    def __init__(self, step: int = 60, **_: Any) -> None:
+    def __init__(self, step: int = 60, hashers: int = 3, **_: Any) -> None:
         super().__init__()
-        self.step, self.started = step, False
+        self.step, self.hashers, self.started = step, hashers, False
 
     def on_train_step_end(self, run_context: Any) -> None:
         if self.started or run_context.original_args().cur_step_num < self.step - 1:
             return
         self.started = True
-        threading.Thread(target=_hash_forever, name="busy-core", daemon=True).start()
+        for _ in range(self.hashers):
+            threading.Thread(target=_hash_forever, name="busy-core", daemon=True).start()
         core = min(os.sched_getaffinity(0))
-        for task in os.listdir("/proc/self/task"):  # every thread (MindSpore's pools too), the hashing one included
+        for task in os.listdir("/proc/self/task"):  # every thread (MindSpore's pools too), the hashing ones included
             try:
                 os.sched_setaffinity(int(task), {core})
             except OSError:

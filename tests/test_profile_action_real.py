@@ -27,8 +27,9 @@ def test_a_throughput_drop_is_profiled_and_its_alert_names_the_operators_slower_
     detector names the operator types slower than in the baseline, on the console too. A training of its own."""
     config = write_quickstart_config(
         tmp_path, steps=80, log_interval=2, monitor_type=["file"],
-        # a drop to a quarter: the injection's (7-20x slower steps measured) and never a busy neighbour's on this
-        # shared machine (a drop at step 38 seen at 0.7, the detector's default)
+        # a drop to a quarter: the injection's (three hashers on the one core: 48x slower profiled steps measured idle;
+        # one hasher was too weak when another training had already slowed the baseline) and never a busy
+        # neighbour's on this shared machine (a drop at step 38 seen at 0.7, the detector's default)
         health={"throughput_drop": {"action": "profile", "fraction": 0.25, "warmup": 5, "patience": 3, "min_steps": 6,
                                     "window": 20},
                 "profile": {"baseline_step": 20, "steps": 5}},
