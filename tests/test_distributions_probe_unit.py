@@ -77,16 +77,10 @@ def test_tensorboards_own_reader_returns_the_histograms_msmon_wrote(tmp_path: Pa
 
 
 def test_mindinsights_own_histogram_api_returns_the_histograms_msmon_wrote(tmp_path: Path) -> None:
-    from mindinsight.datavisual.common.enums import DataManagerStatus
-    from mindinsight.datavisual.data_transform.data_manager import DataManager
     from mindinsight.datavisual.processors.histogram_processor import HistogramProcessor
 
     written = write_two_steps(tmp_path)
-    manager = DataManager(str(tmp_path))
-    manager.start_load_data(reload_interval=0)
-    deadline = time.monotonic() + 60
-    while manager.status != DataManagerStatus.DONE.value and time.monotonic() < deadline:
-        time.sleep(0.1)
+    manager = mindinsight_loaded(tmp_path)
     assert sorted(manager.get_train_job_by_plugin("./", "histogram")["tags"]) == [
         "updates/layers.0/histogram", "weights/layers.0/histogram"]
     for tag in ("weights/layers.0", "updates/layers.0"):
@@ -114,6 +108,27 @@ def test_mindinsights_own_histogram_api_returns_the_histograms_msmon_wrote(tmp_p
             assert parsed.sum == pytest.approx(mine.total)
 
 
+def mindinsight_loaded(directory: Path) -> Any:
+    """MindInsight's own DataManager with ``directory`` loaded as its summary base (the train job ``./``)."""
+    from mindinsight.datavisual.common.enums import DataManagerStatus
+    from mindinsight.datavisual.data_transform.data_manager import DataManager
+
+    manager = DataManager(str(directory))
+    manager.start_load_data(reload_interval=0)
+    deadline = time.monotonic() + 60
+    while manager.status != DataManagerStatus.DONE.value and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return manager
+
+
+def mindinsight_steps(directory: Path, tag: str) -> list[int]:
+    """The steps MindInsight's histogram API returns for ``tag`` of the summary file in ``directory``."""
+    from mindinsight.datavisual.processors.histogram_processor import HistogramProcessor
+
+    read = HistogramProcessor(mindinsight_loaded(directory)).get_histograms("./", f"{tag}/histogram")
+    return [h["step"] for h in read["histograms"]]
+
+
 def summary_histograms(directory: Path) -> dict[int, dict[str, object]]:
     """step -> {tag: Summary.Histogram} parsed from the MindSpore summary file with MindInsight's own Event proto."""
     import struct
@@ -134,6 +149,7 @@ def summary_histograms(directory: Path) -> dict[int, dict[str, object]]:
 
 def test_a_distributions_request_writes_weights_and_updates_at_the_next_logs(tmp_path: Path) -> None:
     from mindspore import Parameter, Tensor, ops
+    from test_probe_units import drive
 
     names = ["model.layers.0.attention.wq.weight", "model.layers.1.attention.wq.weight", "lm_head.weight"]
     params = [Parameter(Tensor(np.full((4, 4), i + 1.0, np.float32)), name=n) for i, n in enumerate(names)]
@@ -141,14 +157,7 @@ def test_a_distributions_request_writes_weights_and_updates_at_the_next_logs(tmp
     runner.network = types.SimpleNamespace(weights=params)
     request = new_request(ProbeKind.DISTRIBUTIONS, 2, None)
     write_request(tmp_path, request)
-    for step in range(1, 31):  # the callback's calls (test_probe_units.drive), around a train step
-        if runner.busy:
-            runner.step_begin(step)
-        ops.assign(params[0], params[0] + 0.5)  # the train step: block 0's weights move by 0.5
-        if runner.busy:
-            runner.step_end(step)
-        if step % 5 == 0:
-            runner.at_logging_step(step)
+    drive(runner, range(1, 31), 5, train=lambda _: ops.assign(params[0], params[0] + 0.5))  # block 0 moves by 0.5
     (mark,) = read_marks(tmp_path, request.id).values()
     assert mark.state is ProbeState.DONE and (mark.first_step, mark.last_step) == (6, 15)
     text = (tmp_path / mark.output / layout.DISTRIBUTIONS_FILE).read_text()

@@ -25,13 +25,14 @@ def test_a_profile_probe_measures_five_steps_of_a_running_quickstart_and_changes
     it has logged step 30, `msmon probe RUN profile --steps 5`: rank 0 profiles exactly 5 steps from the step after
     its next logging step, the profiler's output and msmon's summary (operators in every step) land in
     profiles/<from>-<to>/rank_0/, the request is marked done, `msmon status` lists it. Then `msmon probe RUN
-    distributions --logs 2`: histograms of each group's weights and updates at the next 2 logging steps in
+    distributions --logs 2`: histograms of each group's weights, updates and gradients at the next 2 logging steps in
     distributions/<from>-<to>/rank_0/ (msmon's file, TensorBoard's, MindSpore's summary), whose sums of squares are
-    the layer summaries' weight norms and update ratios. Then SIGINT after the step-100 checkpoint (exit 130) and
-    `msmon resume`: the run ends with the canonical run's loss and grad norm at every logged step, and `msmon compare
-    RUN REF --assert --exact` says so (exit 0, bit for bit); against the seed-0 run (completed_legacy) it exits 6
-    naming the first common logged step and the loss. A training of its own: a run probed live, interrupted and
-    resumed (the probes change nothing; a resume continues the same curve bit for bit)."""
+    the layer summaries' weight norms and update ratios, and the global grad norm after clipping. Then SIGINT after
+    the step-100 checkpoint (exit 130) and `msmon resume`: the run ends with the canonical run's loss and grad norm
+    at every logged step, and `msmon compare RUN REF --assert --exact` says so (exit 0, bit for bit); against the
+    seed-0 run (completed_legacy) it exits 6 naming the first common logged step and the loss. A training of its
+    own: a run probed live, interrupted and resumed (the probes change nothing; a resume continues the same curve bit
+    for bit)."""
     import signal
 
     from conftest import run_msmon
@@ -121,9 +122,12 @@ def check_distributions(run_dir: Path, mark: ProbeMark, records: dict[int, dict[
     assert mark.output == str(directory.relative_to(run_dir))
     lines = [json.loads(line) for line in (directory / layout.DISTRIBUTIONS_FILE).read_text().splitlines()]
     assert [line["step"] for line in lines] == steps
+    groups = ("embedding", "layers.0", "layers.1", "final_norm", "head")
     for line in lines:
         row = records[line["step"]]
-        for group in ("embedding", "layers.0", "layers.1", "final_norm", "head"):
+        gradient = math.sqrt(sum(line["histograms"][f"gradients/{group}"]["sum_squares"] for group in groups))
+        assert gradient == pytest.approx(min(row["grad_norm"], 1.0), rel=1e-4)  # after clipping at max_grad_norm 1
+        for group in groups:
             weights, updates = line["histograms"][f"weights/{group}"], line["histograms"][f"updates/{group}"]
             assert weights["count"] == updates["count"] == sum(weights["counts"]) > 0
             norm = math.sqrt(weights["sum_squares"])
@@ -132,7 +136,8 @@ def check_distributions(run_dir: Path, mark: ProbeMark, records: dict[int, dict[
             assert list(weights["quantiles"].values()) == sorted(weights["quantiles"].values())
     events = EventAccumulator(str(directory), size_guidance={"histograms": 0})
     events.Reload()
-    assert len(events.Tags()["histograms"]) == 10 and [e.step for e in events.Histograms("updates/layers.1")] == steps
+    assert len(events.Tags()["histograms"]) == 15 and [e.step for e in events.Histograms("updates/layers.1")] == steps
+    assert [e.step for e in events.Histograms("gradients/layers.1")] == steps
     assert sorted(summary_histograms(directory)) == steps
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -149,11 +150,14 @@ def fake_probe(monkeypatch: pytest.MonkeyPatch) -> type[FakeProbe]:
     return FakeProbe
 
 
-def drive(runner: ProbeRunner, steps: range, interval: int = 10) -> None:
-    """The callback's calls: step hooks only while busy, the request check at logging steps."""
+def drive(runner: ProbeRunner, steps: range, interval: int = 10, train: Callable[[int], None] | None = None) -> None:
+    """The callback's calls: step hooks only while busy, the request check at logging steps; ``train(step)`` between
+    a step's begin and end (the train step)."""
     for step in steps:
         if runner.busy:
             runner.step_begin(step)
+        if train is not None:
+            train(step)
         if runner.busy:
             runner.step_end(step)
         if step % interval == 0:

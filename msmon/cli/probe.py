@@ -17,7 +17,8 @@ def probe(
     run: Path = typer.Argument(..., help="A running run's directory (<save_dir>/<project>/<run>).",
                                autocompletion=run_dirs),
     kind: ProbeKind = typer.Argument(..., help="What to measure: profile (MindSpore's profiler: operator times), "
-                                     "distributions (histograms of each layer group's weights and updates)."),
+                                     "distributions (histograms of each layer group's weights, updates and "
+                                     "gradients)."),
     steps: int = typer.Option(DEFAULT_STEPS, "--steps", min=1, max=MAX_STEPS,
                               help="profile: how many steps to measure."),
     logs: int = typer.Option(DEFAULT_LOGS, "--logs", min=1, max=MAX_STEPS,

@@ -317,8 +317,9 @@ class AlertSettings:
         300.0, "minimum seconds between two alerts of one detector (critical beats warning)", at_least=0.0
     )
     distributions_logs: int = doc(
-        3, "after a grad_explosion, loss_spike or nonfinite alert: histograms of each layer group's weights and "
-        "updates at the next N logging steps (the distributions probe, docs/probe.md); 0: none", at_least=0
+        3, "after a grad_explosion, loss_spike or nonfinite alert: histograms of each layer group's weights, "
+        "updates and gradients at the next N logging steps (the distributions probe, docs/probe.md); 0: none",
+        at_least=0,
     )
 
 

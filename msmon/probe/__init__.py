@@ -31,7 +31,7 @@ class ProbeKind(StrEnum):
     """What a probe measures."""
 
     PROFILE = "profile"  # MindSpore's profiler: operator times (msmon.engine.probe.profile)
-    DISTRIBUTIONS = "distributions"  # histograms of each layer group's weights and updates (its steps count logs)
+    DISTRIBUTIONS = "distributions"  # histograms of each group's weights, updates, gradients (steps count logs)
 
 
 class ProbeState(StrEnum):
