@@ -129,9 +129,12 @@ def test_the_alert_and_replay_name_the_block_that_moved_first_and_the_signal_tha
 
 def test_the_growth_alert_is_followed_by_histograms_of_the_logs_after_it(canonical):
     """health.alerts.distributions_logs (default 3): the alert leaves a distributions probe request, rank 0 takes
-    it at its next logging step and writes the histograms of each group's weights and updates at the 3 logs after
-    it, in which block 1 (its weights rescaled every step) has the largest update for its size. (lr_1e_3 trains 240
-    steps for it; the mcore run's alert comes too close to its end at step 200.)"""
+    it at its next logging step and writes the histograms of each group's weights, updates and gradients at the 3 logs
+    after it, in which block 1 (its weights rescaled every step) has the largest update for its size, and each
+    group's gradient norm is its recorded grad norm times the step's clip factor. (lr_1e_3 trains 240 steps for it;
+    the mcore run's alert comes too close to its end at step 200.)"""
+    from test_gradients_probe_unit import assert_gradients_are_the_clipped_grad_norms
+
     grown = canonical("lr_1e_3")
     growth = growth_alert(grown)
     (window,) = list((grown.run_dir / layout.DISTRIBUTIONS).iterdir())
@@ -144,22 +147,30 @@ def test_the_growth_alert_is_followed_by_histograms_of_the_logs_after_it(canonic
         ratios = {g: math.sqrt(line["histograms"][f"updates/{g}"]["sum_squares"] /
                                line["histograms"][f"weights/{g}"]["sum_squares"]) for g in GROUPS}
         assert max(ratios, key=ratios.__getitem__) == "layers.1", ratios
+    assert_gradients_are_the_clipped_grad_norms(lines, {r["step"]: r for r in grown.records()}, GROUPS)
     (request,) = [p.name for p in (grown.run_dir / layout.PROBES).iterdir() if p.is_dir()]
     mark = read_marks(grown.run_dir, request)[0]
     assert mark.state is ProbeState.DONE and mark.output == str((window / "rank_0").relative_to(grown.run_dir))
 
 
-def test_a_sudden_jump_in_one_block_is_named_at_the_first_log_after_it_with_histograms_after(canonical):
-    """The mcore run ``jump_mcore`` (block 1's weight pair rescaled once by 20 at the end of step 99): at the first
-    log after it the block's grad norm, update ratio and weight norm and the global grad norm all leave their
-    baselines; the loss has not moved at the alert. The alert (the absolute threshold, step 100) names
-    block 1 and the weight norm (the furthest beyond its band: the fault moved the weights), lead 0 against the
-    global grad norm; `msmon replay` the same; the histograms of the 3 logs after the alert exist in msmon's file
-    and TensorBoard's reader returns them (the mcore path's distributions on alert)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from test_distributions_probe_unit import summary_histograms
+#: The sudden-jump runs (block 1's weight pairs rescaled once by 20 at the end of step 99).
+JUMPED = {"legacy": "jump_legacy", "mcore": "jump_mcore"}
 
-    jumped = canonical("jump_mcore")
+
+@pytest.mark.parametrize("model", list(JUMPED))
+def test_a_sudden_jump_in_one_block_is_named_at_the_first_log_after_it_with_histograms_after(canonical, model):
+    """The canonical runs ``jump_legacy`` and ``jump_mcore`` (block 1's weight pairs rescaled once by 20 at the end of
+    step 99): at the first log after it the block's grad norm, update ratio and weight norm and the global grad norm
+    all leave their baselines; the loss has not moved at the alert. The alert (the absolute threshold, step 100)
+    names block 1 and its weight norm (the furthest beyond its band: the fault moved the weights), lead 0 against the
+    global grad norm; `msmon replay` the same; the histograms of the 3 logs after the alert (weights, updates and
+    gradients) exist in msmon's file, TensorBoard's reader and MindInsight's histogram API return them, and each
+    group's gradient norm is its recorded grad norm times the step's clip factor."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from test_distributions_probe_unit import mindinsight_steps, summary_histograms
+    from test_gradients_probe_unit import assert_gradients_are_the_clipped_grad_norms
+
+    jumped = canonical(JUMPED[model])
     assert jumped.code == 0, jumped.output
     alert = growth_alert(jumped)
     assert alert["step"] == 100 and alert["values"]["check"] == "absolute"
@@ -170,7 +181,9 @@ def test_a_sudden_jump_in_one_block_is_named_at_the_first_log_after_it_with_hist
     rows = jumped.records()
     steps = [r["step"] for r in rows]
     for key in ("grad_norm/layers.1", "update_ratio/layers.1", "weight_norm/layers.1", "grad_norm"):
-        found = departure(steps, [r.get(key) for r in rows], upward=key == "grad_norm")
+        rate = "update_ratio" in key  # over the learning rate, as the first mover judges it (legacy: a cosine decay)
+        found = departure(steps, [r[key] / r["learning_rate"] if rate else r[key] for r in rows],
+                          upward=key == "grad_norm")
         assert found is not None and found.step == 100, key
     upto = [r for r in rows if r["step"] <= alert["step"]]
     assert departure([r["step"] for r in upto], [r["loss"] for r in upto], upward=True) is None
@@ -183,9 +196,12 @@ def test_a_sudden_jump_in_one_block_is_named_at_the_first_log_after_it_with_hist
     directory = window / "rank_0"
     lines = read_jsonl(directory / layout.DISTRIBUTIONS_FILE)
     assert [line["step"] for line in lines] == [120, 130, 140]
-    assert all(set(line["histograms"]) == {f"{kind}/{g}" for kind in ("weights", "updates") for g in GROUPS}
-               for line in lines)
+    assert all(set(line["histograms"]) == {f"{kind}/{g}" for kind in ("weights", "updates", "gradients")
+                                           for g in GROUPS} for line in lines)
+    assert_gradients_are_the_clipped_grad_norms(lines, {r["step"]: r for r in rows}, GROUPS)
     events = EventAccumulator(str(directory), size_guidance={"histograms": 0})
     events.Reload()
-    assert [e.step for e in events.Histograms("weights/layers.1")] == [120, 130, 140]
+    for tag in ("weights/layers.1", "gradients/layers.1"):
+        assert [e.step for e in events.Histograms(tag)] == [120, 130, 140]
+    assert mindinsight_steps(directory, "gradients/layers.1") == [120, 130, 140]
     assert sorted(summary_histograms(directory)) == [120, 130, 140]
