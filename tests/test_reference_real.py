@@ -57,10 +57,9 @@ def test_the_run_its_mindformers_log_and_its_tensorboard_are_one_curve(canonical
 
 
 
-#: Per model path: the canonical runs of the two seeds, and the metric by which the 4x run leaves the band after its
-#: learning rate, with the steps it leaves within (on mcore the loss: the band's grad norm is x9 wide, docs/health.md).
-BANDS = {"legacy": ("completed_legacy", "reference_seed1_legacy", ("grad_norm", 40, 150)),
-         "mcore": ("completed_mcore", "reference_seed1_mcore", ("loss", 60, 100))}
+#: Per model path: the canonical runs of the two seeds (the first logged every 10 steps, the second every step).
+BANDS = {"legacy": ("completed_legacy", "reference_seed1_legacy"),
+         "mcore": ("completed_mcore", "reference_seed1_mcore")}
 
 
 def clean_reference(run: CanonicalRun, directory: Path) -> Path:
@@ -81,13 +80,14 @@ def test_a_third_seed_stays_in_the_band_of_two_and_a_4x_learning_rate_leaves_it_
     at two seeds draws the band (legacy: 0, completed_legacy, and 1; mcore: 42, completed_mcore's steps before its
     block grows, and 1); seed 3 of the same recipe stays inside (no reference_drift alert); seed 3 at 4x the peak
     learning rate leaves it, and the alerts name the metric and the step it left: the learning rate (the recipe's
-    own curve) within the first logs, then the grad norm on the legacy path (about half the references' from step
-    ~80), the loss on the mcore path (about 2.5x the references' at step ~93). Two trainings per path of their own:
+    own curve) within the first logs, then the grad norm (measured: legacy from step 52, mcore from step 40; before
+    the band placed each smoothed value at its window's centre, a reference logged every 10 steps widened the
+    learning rate's band to x3.2 and mcore's grad norm's to x9, docs/health.md). Two trainings per path of their own:
     runs judged live against canonical references (completed_mcore is one: its block grows from step 100, so its
     metrics after that step are cut from a private copy)."""
     from conftest import run_msmon
 
-    first, second, (metric, earliest, latest) = BANDS[model]
+    first, second = BANDS[model]
     reference = canonical(second)
     refs = [clean_reference(canonical(first), tmp_path / "references"), reference.run_dir]
     found = {}
@@ -108,6 +108,6 @@ def test_a_third_seed_stays_in_the_band_of_two_and_a_4x_learning_rate_leaves_it_
     assert schedule["values"]["metric"] == "learning_rate" and schedule["onset_step"] <= 20, schedule
     assert f"learning_rate left the reference band at step {schedule['onset_step']}" in schedule["message"]
     assert f"2 reference runs ({first}, {second})" in schedule["message"]
-    then = [a for a in later if a["values"]["metric"] == metric]
-    assert then and earliest <= then[0]["onset_step"] <= latest, later
-    assert f"{metric} left the reference band at step {then[0]['onset_step']}" in then[0]["message"]
+    grad = [a for a in later if a["values"]["metric"] == "grad_norm"]
+    assert grad and 25 <= grad[0]["onset_step"] <= 150, later
+    assert f"grad_norm left the reference band at step {grad[0]['onset_step']}" in grad[0]["message"]
