@@ -480,6 +480,19 @@ def reference_seed1_legacy(work: Workspace) -> dict[str, Any]:
     return work.result(run, "legacy", steps, interval, tensorboard=str(tensorboard))
 
 
+def reference_seed1_mcore(work: Workspace) -> dict[str, Any]:
+    """The mcore quickstart's recipe as completed_mcore trains it (200 steps: the same 10-step warm-up) with
+    ``seed: 1`` and nothing added: every step logged, the file backend. The second seed of the mcore band (the
+    first: completed_mcore's steps before its block starts growing)."""
+    steps, interval = 200, 1
+    config = work.config("mcore", steps, log_interval=interval, monitor_type=["file"],
+                         track_metrics=["loss", "grad_norm", "learning_rate", "global_step", "step_time_ms"],
+                         overrides={"seed": 1})
+    run = work.start("run", str(config), "--plain")
+    run.finish()
+    return work.result(run, "mcore", steps, interval)
+
+
 CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "completed_legacy": completed_legacy,
     "completed_mcore": completed_mcore,
@@ -495,6 +508,7 @@ CATALOGUE: dict[str, Callable[[Workspace], dict[str, Any]]] = {
     "failed_compile_legacy": failed_compile_legacy,
     "failed_compile_mcore": failed_compile_mcore,
     "reference_seed1_legacy": reference_seed1_legacy,
+    "reference_seed1_mcore": reference_seed1_mcore,
     **ROLLBACK_RUNS,
 }
 

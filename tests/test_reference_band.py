@@ -146,3 +146,26 @@ def test_two_references_that_agree_closely_draw_a_band_no_narrower_than_their_ow
     scattered = np.exp(2.0 - steps / 500 + 0.2 * np.random.default_rng(3).standard_normal(len(steps)))
     assert 0.18 < step_noise(scattered) < 0.22
     assert step_noise(5e-3 * np.cos(steps / 2000)) < 1e-3 and step_noise(np.array([1.0, 2.0])) == 0.0
+
+
+def schedule(peak: float, steps: int = 200, warmup: int = 10, every: int = 1) -> list[dict]:
+    """A learning rate warmed up linearly over ``warmup`` steps, then cosine to 0; logged every ``every`` steps."""
+    def rate(s: int) -> float:
+        if s <= warmup:
+            return peak * s / warmup
+        return peak * 0.5 * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup)))
+    return [{"step": s, "loss": 3.0, "learning_rate": rate(s)} for s in range(every, steps, every)]
+
+
+def test_a_reference_logged_every_10_steps_and_one_logged_every_step_draw_one_narrow_band(tmp_path):
+    """A sparse reference and a dense one of the same schedule: each smoothed value stands at its window's centre
+    (a trailing median of 10 logs lags a ramp by 4.5 steps, one log a window lags nothing), and the band's grid has
+    the dense reference's steps (the warm-up's peak falls between the sparse one's logs). Before both, the band was
+    x3.2 wide and a doubled peak left it only at step 116, through the cosine's tail."""
+    refs = [table(tmp_path, "sparse", schedule(5e-3, every=10)), table(tmp_path, "dense", schedule(5e-3))]
+    settings = {"metrics": ("learning_rate",)}
+    assert drift(schedule(5e-3), refs, **settings) == []  # the same schedule: inside all along
+    doubled = drift(schedule(1e-2), refs, **settings)
+    assert doubled and doubled[0].onset_step <= 15, [(a.onset_step, a.message) for a in doubled]
+    band = build_band([load_reference(p) for p in refs], ReferenceDriftSettings(**settings)).bands["learning_rate"]
+    assert math.exp(max(band.half_width)) < 1.3  # widest where the cosine nears 0 (before: x3.2 from the warm-up)

@@ -9,7 +9,6 @@ own noise (two seeds that happen to agree for a long stretch say little about a 
 from __future__ import annotations
 
 import math
-import statistics
 from array import array
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
@@ -77,7 +76,7 @@ class ReferenceBand:
     bands: Mapping[str, MetricBand]
     step_scale: float = 1.0
 
-    def at(self, metric: str, step: int, level: float) -> Position | None:
+    def at(self, metric: str, step: float, level: float) -> Position | None:
         band = self.bands.get(metric)
         return band.at(step * self.step_scale, level) if band is not None else None
 
@@ -105,7 +104,9 @@ def step_scale(settings: ReferenceDriftSettings, curves: Sequence[ReferenceCurve
 
 def smoothed_logs(steps: np.ndarray, values: np.ndarray, smooth_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """The finite positive values' logs, each the median of the logs over the last ``smooth_steps`` steps (the
-    window counted in logs at the curve's typical interval)."""
+    window counted in logs at the curve's typical interval), placed at the median of the window's steps: a trailing
+    median lags a trend by half its window, so a curve logged every step and one logged every 10 steps (one log a
+    window, no lag) agree only when each value stands at its window's centre (as the run's level does)."""
     import numpy as np
     from numpy.lib.stride_tricks import sliding_window_view
 
@@ -115,8 +116,12 @@ def smoothed_logs(steps: np.ndarray, values: np.ndarray, smooth_steps: int) -> t
         return steps, logs
     interval = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
     width = max(1, min(len(logs), round(smooth_steps / max(interval, 1.0))))
-    padded = np.concatenate([np.full(width - 1, np.nan), logs])
-    return steps, np.nanmedian(sliding_window_view(padded, width), axis=1)
+
+    def trailing_median(series: np.ndarray) -> np.ndarray:
+        padded = np.concatenate([np.full(width - 1, np.nan), series])
+        return np.nanmedian(sliding_window_view(padded, width), axis=1)
+
+    return trailing_median(steps.astype(float)), trailing_median(logs)
 
 
 def step_noise(values: np.ndarray) -> float:
@@ -129,6 +134,18 @@ def step_noise(values: np.ndarray) -> float:
     if len(logs) < 3:
         return 0.0
     return float(MAD_TO_SIGMA * np.median(np.abs(np.diff(logs, n=2))) / math.sqrt(6))
+
+
+def pooled_noise(series: Sequence[np.ndarray]) -> float:
+    """The references' step noise pooled, each weighed by its count of logs: a reference logged every 10 steps has a
+    tenth of the logs, and its second differences span 10 times the steps, so the curve's own bends (the loss's early
+    fall) count in them as noise; it should not outweigh a reference logged every step."""
+    import numpy as np
+
+    counts = [int(np.count_nonzero(np.isfinite(v) & (v > 0))) for v in series]
+    if sum(counts) == 0:
+        return 0.0
+    return math.sqrt(sum(n * step_noise(v) ** 2 for n, v in zip(counts, series, strict=True)) / sum(counts))
 
 
 def build_band(curves: Sequence[ReferenceCurve], settings: ReferenceDriftSettings,
@@ -146,7 +163,8 @@ def build_band(curves: Sequence[ReferenceCurve], settings: ReferenceDriftSetting
         if any(len(steps) == 0 for steps, _ in smoothed):
             continue
         first, last = max(s[0] for s, _ in smoothed), min(s[-1] for s, _ in smoothed)
-        grid = smoothed[0][0][(smoothed[0][0] >= first) & (smoothed[0][0] <= last)]
+        every = np.unique(np.concatenate([steps for steps, _ in smoothed]))  # a sparse reference's bends show
+        grid = every[(every >= first) & (every <= last)]  # only at the denser references' steps
         if len(grid) == 0:
             continue
         logs = np.stack([np.interp(grid, steps, values) for steps, values in smoothed])
@@ -156,9 +174,8 @@ def build_band(curves: Sequence[ReferenceCurve], settings: ReferenceDriftSetting
         spread = maximum_filter1d(half_range, size=2 * reach + 1, mode="nearest")
         half = np.maximum(settings.spread_factor * spread, math.log1p(settings.tolerance))
         if len(curves) > 1:
-            noise = math.sqrt(statistics.fmean(step_noise(np.asarray(c.series[metric], dtype=float)) ** 2
-                                               for c in curves))
-            half = np.maximum(half, settings.noise_factor * noise)
+            half = np.maximum(half, settings.noise_factor * pooled_noise(
+                [np.asarray(c.series[metric], dtype=float) for c in curves]))
         bands[metric] = MetricBand(metric, array("d", grid.tolist()), array("d", logs.mean(axis=0).tolist()),
                                    array("d", half.tolist()))
     if not bands:

@@ -59,7 +59,9 @@ class ReferenceDriftDetector:
         recent.append((step, math.log(value)))
         while recent[0][0] <= step - self.settings.smooth_steps:
             recent.popleft()
-        return self.band.at(name, step, math.exp(statistics.median([v for _, v in recent])))
+        # the level stands at its window's median step, as the band's smoothed references do (msmon.reference.band)
+        return self.band.at(name, statistics.median([s for s, _ in recent]),
+                            math.exp(statistics.median([v for _, v in recent])))
 
     @staticmethod
     def _text(name: str, position: Position, since: int | None) -> str:
