@@ -16,8 +16,9 @@ from msmon.health.probed_steps import ProbedSteps
 from msmon.records import read_records
 from msmon.util.split_read import parts_for
 
-#: the second process's detectors: about half of the detectors' time on a long run's records (bench_long_run.py)
-SECOND_SHARE = frozenset({"grad_explosion", "learning_rate", "dead_series", "nonfinite"})
+#: the second process's detectors: those whose alerts name the group that moved (msmon.health.groups.EXPLAINED: only
+#: this process keeps the groups and first movers), about half of the time on a long run's records (bench_long_run.py)
+SECOND_SHARE = frozenset({"grad_explosion", "loss_spike", "nonfinite"})
 
 Raised = list[tuple[int, Alert]]  # (the index of the record that raised it, the alert)
 

@@ -79,12 +79,15 @@ class GradExplosionDetector:
             window.popleft()
         if len(window) < s.min_points or step - start < s.window_steps:
             return cap
-        slope, t = window.fit()
         rolling = math.exp(window.median())
         if rolling < self._low:
             self._low, self._low_step = rolling, step
         ratio = gn / self._low
-        level = math.exp(median_of_sorted(sorted(y for _, y in islice(reversed(window.points), LEVEL_LOGS))))
+        level = math.exp(median_of_sorted(sorted([y for _, y in islice(reversed(window.points), LEVEL_LOGS)])))
+        if ratio < s.ratio and level < s.level_ratio * self._low:  # neither path below can find growth: no fit
+            self._streak, self._growing = 0, False
+            return cap
+        slope, t = window.fit()
         growing = (slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio) or (
             level >= s.level_ratio * self._low and theil_sen(list(window.points)) >= s.growth_per_step
         )
