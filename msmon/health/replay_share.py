@@ -35,7 +35,9 @@ def observe_records(monitor: HealthMonitor, metrics: Path, boundaries: Sequence[
             boundary = later.pop(0)
             if previous is not None and previous <= boundary:
                 monitor.resumed()
-        raised.extend((count, alert) for alert in monitor.observe(record))
+        alerts = monitor.observe(record)
+        if alerts:
+            raised.extend((count, alert) for alert in alerts)
         previous = record["step"]
         count += 1
     return count, raised
