@@ -136,7 +136,7 @@ class HealthMonitor:
                     alert = self._raise(det.name, signal, step, record.get("time"))
                     if alert is not None:
                         raised.append(alert)
-            if isinstance(step, int):
+            if self.profiles is not None and isinstance(step, int):
                 raised.extend(self._profiled(step, record.get("time")))
         return raised
 
