@@ -148,6 +148,19 @@ def test_the_alert_live_and_replayed_names_the_group_and_the_signal(tmp_path: Pa
     assert (replayed.step, replayed.message, replayed.values) == (growth.step, growth.message, growth.values)
 
 
+def test_a_replay_split_over_two_processes_names_the_group_as_one_process_does(tmp_path: Path, monkeypatch):
+    """The second process of a long replay keeps the groups and first movers (its share holds the explained
+    detectors); the first does not need them."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in adamw_records(smooth, steps=300)))
+    whole = [alert.to_dict() for alert in replay(path).alerts]
+    monkeypatch.setattr("msmon.util.split_read.MIN_PART_BYTES", 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    parted = [alert.to_dict() for alert in replay(path).alerts]
+    assert parted == whole
+    assert any(f"{FAULTY}'s grad_norm left its baseline first" in alert["message"] for alert in parted)
+
+
 def test_no_group_series_no_first_mover():
     monitor = HealthMonitor(HealthSettings())
     for record in adamw_records(smooth, steps=300):

@@ -208,8 +208,8 @@ def nonfinite_values(record: Mapping[str, Any]) -> dict[str, float]:
             bad[key] = value
     if "loss" in bad:
         bad.pop("loss_mean", None)
-    overflow = record.get("overflow")
-    flagged = overflow is True or bool(as_number(overflow))
-    if "grad_norm" in bad and "loss" not in bad and "loss_mean" not in bad and flagged:
-        del bad["grad_norm"]
+    if "grad_norm" in bad and "loss" not in bad and "loss_mean" not in bad:
+        overflow = record.get("overflow")
+        if overflow is True or bool(as_number(overflow)):
+            del bad["grad_norm"]
     return bad

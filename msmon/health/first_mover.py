@@ -134,8 +134,8 @@ class FirstMovers:
     def __init__(self) -> None:
         self._steps: deque[int] = deque(maxlen=KEPT_LOGS)
         self._values: dict[str, deque[float | None]] = {}
-        self._keys: frozenset[str] = frozenset()  # the last record's keys ...
-        self._watched: tuple[str, ...] = ()  # ... and those of its series (found once per set of keys)
+        self._keys: frozenset[str] = frozenset()  # the last record's keys (its series found once per set of keys) ...
+        self._ratios: frozenset[str] = frozenset()  # ... and those of its update ratios
 
     def observe(self, record: dict[str, Any]) -> None:
         step = record.get("step")
@@ -143,17 +143,18 @@ class FirstMovers:
             return
         if record.keys() != self._keys:
             self._keys = frozenset(record)
-            self._watched = tuple(key for key in record if key in WHOLE or key.startswith(GROUP_PREFIXES))
-            for key in self._watched:
+            watched = [key for key in record if key in WHOLE or key.startswith(GROUP_PREFIXES)]
+            self._ratios = frozenset(key for key in watched if key.startswith(UPDATE_RATIO_PREFIX))
+            for key in watched:
                 if key not in self._values:
                     self._values[key] = deque([None] * len(self._steps), maxlen=KEPT_LOGS)
-        found = {key: number for key in self._watched if (number := as_number(record[key])) is not None}
-        rate = as_number(record.get("learning_rate"))
-        if rate is not None and math.isfinite(rate) and rate > 0:  # an update scales with the rate: its schedule
-            found.update({key: value / rate for key, value in found.items() if key.startswith(UPDATE_RATIO_PREFIX)})
+        rate = as_number(record.get("learning_rate")) if self._ratios else None
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            rate = None  # an update scales with the rate: judged over it (its schedule is no departure) when usable
         self._steps.append(step)
-        for key, series in self._values.items():
-            series.append(found.get(key))
+        for key, series in self._values.items():  # None: not in this record
+            number = as_number(record.get(key))
+            series.append(number / rate if rate is not None and number is not None and key in self._ratios else number)
 
     def first(self) -> FirstMover | None:
         """The first mover as of the last record (None: no group series departed)."""

@@ -16,7 +16,7 @@ from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.stall import StallDetector
 from msmon.health.first_mover import FirstMovers
-from msmon.health.groups import GroupNorms
+from msmon.health.groups import EXPLAINED, GroupNorms
 from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
 from msmon.health.profile_action import ProfileAction
 from msmon.reference.band import ReferenceBand
@@ -70,6 +70,7 @@ class HealthMonitor:
         self.context = context
         self.groups = GroupNorms()
         self.movers = FirstMovers()
+        self._explains = self._explained()
         self.profiles = profiles  # action profile: the requests, the baseline, the comparisons (docs/probe.md)
         # the probes' steps, which the detectors of step times do not judge
         self.probed = profiles.steps if profiles is not None else probed
@@ -84,6 +85,12 @@ class HealthMonitor:
         each its share: msmon.health.replay_share)."""
         with self._lock:
             self.detectors = [d for d in self.detectors if d.name in names]
+            self._explains = self._explained()
+
+    def _explained(self) -> bool:
+        """Whether a detector's alerts name the group that moved: else the groups and first movers are not kept (a
+        replay share without those detectors skips them)."""
+        return any(d.name in EXPLAINED for d in self.detectors)
 
     @property
     def alert_count(self) -> int:
@@ -111,8 +118,9 @@ class HealthMonitor:
         raised: list[Alert] = []
         step = record.get("step")
         with self._lock:
-            self.groups.observe(record)
-            self.movers.observe(record)
+            if self._explains:
+                self.groups.observe(record)
+                self.movers.observe(record)
             probed = self.probed is not None and isinstance(step, int) and self.probed.probed(step)
             for det in list(self.detectors):
                 if probed and det.name in TIMING_DETECTORS:
@@ -128,7 +136,7 @@ class HealthMonitor:
                     alert = self._raise(det.name, signal, step, record.get("time"))
                     if alert is not None:
                         raised.append(alert)
-            if isinstance(step, int):
+            if self.profiles is not None and isinstance(step, int):
                 raised.extend(self._profiled(step, record.get("time")))
         return raised
 
@@ -155,8 +163,9 @@ class HealthMonitor:
         with self._lock:
             for record in records:
                 fed += 1
-                self.groups.observe(record)
-                self.movers.observe(record)
+                if self._explains:
+                    self.groups.observe(record)
+                    self.movers.observe(record)
                 for det in self.detectors:
                     try:
                         det.observe(record)

@@ -32,7 +32,9 @@ class ProbedSteps:
         """Whether ``step``'s time belongs to a probe: inside a window or right after one, or (live) any step while a
         request is not marked by all its ranks."""
         self.look()
-        return self.request is not None or any(first <= step <= last + 1 for first, last in self._windows)
+        if self.request is not None:
+            return True
+        return bool(self._windows) and any(first <= step <= last + 1 for first, last in self._windows)
 
     def look(self) -> None:
         """Live: read the request when its file changed, and its marks while a rank has not marked it."""

@@ -16,8 +16,9 @@ from msmon.health.probed_steps import ProbedSteps
 from msmon.records import read_records
 from msmon.util.split_read import parts_for
 
-#: the second process's detectors: about half of the detectors' time on a long run's records (bench_long_run.py)
-SECOND_SHARE = frozenset({"grad_explosion", "learning_rate", "dead_series", "nonfinite"})
+#: the second process's detectors: those whose alerts name the group that moved (msmon.health.groups.EXPLAINED: only
+#: this process keeps the groups and first movers), about half of the time on a long run's records (bench_long_run.py)
+SECOND_SHARE = frozenset({"grad_explosion", "loss_spike", "nonfinite"})
 
 Raised = list[tuple[int, Alert]]  # (the index of the record that raised it, the alert)
 
@@ -34,7 +35,9 @@ def observe_records(monitor: HealthMonitor, metrics: Path, boundaries: Sequence[
             boundary = later.pop(0)
             if previous is not None and previous <= boundary:
                 monitor.resumed()
-        raised.extend((count, alert) for alert in monitor.observe(record))
+        alerts = monitor.observe(record)
+        if alerts:
+            raised.extend((count, alert) for alert in alerts)
         previous = record["step"]
         count += 1
     return count, raised

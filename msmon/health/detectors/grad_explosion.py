@@ -65,11 +65,7 @@ class GradExplosionDetector:
             return None
         s = self.settings
         previous, self._previous = self._previous, step
-        peak = metric(record, "grad_norm_max")  # any step of the interval above the cap counts
-        if peak is not None and math.isfinite(peak):
-            cap = self._cap(peak, "the largest grad_norm since the previous log", previous, step)
-        else:
-            cap = self._cap(own if own is not None and math.isfinite(own) else gn, "grad_norm", previous, step)
+        cap = None if self.absolute_threshold is None else self._cap(record, own, gn, previous, step)
         start = (self.schedule.warmup_end or 0) + s.settle_steps
         if step <= start:
             return cap
@@ -79,12 +75,15 @@ class GradExplosionDetector:
             window.popleft()
         if len(window) < s.min_points or step - start < s.window_steps:
             return cap
-        slope, t = window.fit()
         rolling = math.exp(window.median())
         if rolling < self._low:
             self._low, self._low_step = rolling, step
         ratio = gn / self._low
-        level = math.exp(median_of_sorted(sorted(y for _, y in islice(reversed(window.points), LEVEL_LOGS))))
+        level = math.exp(median_of_sorted(sorted([y for _, y in islice(reversed(window.points), LEVEL_LOGS)])))
+        if ratio < s.ratio and level < s.level_ratio * self._low:  # neither path below can find growth: no fit
+            self._streak, self._growing = 0, False
+            return cap
+        slope, t = window.fit()
         growing = (slope >= s.growth_per_step and t >= s.t_stat and ratio >= s.ratio) or (
             level >= s.level_ratio * self._low and theil_sen(list(window.points)) >= s.growth_per_step
         )
@@ -110,9 +109,17 @@ class GradExplosionDetector:
             onset_step=window.points[0][0],  # the growth is fitted from there
         )
 
-    def _cap(self, gn: float, label: str, previous: int | None, step: int) -> Signal | None:
+    def _cap(self, record: dict[str, Any], own: float | None, gn: float, previous: int | None,
+             step: int) -> Signal | None:
+        """The absolute threshold's signal, once per excursion above it: any step of the interval above it counts
+        (``grad_norm_max``), else the logging step's own grad_norm."""
         limit = self.absolute_threshold
-        if limit is None or gn < limit:
+        peak = metric(record, "grad_norm_max")
+        if peak is not None and math.isfinite(peak):
+            value, label = peak, "the largest grad_norm since the previous log"
+        else:
+            value, label = own if own is not None and math.isfinite(own) else gn, "grad_norm"
+        if limit is None or value < limit:
             self._over_cap = False
             return None
         if self._over_cap:
@@ -120,7 +127,7 @@ class GradExplosionDetector:
         self._over_cap = True
         return Signal(
             "warning",
-            f"{label} {fmt_number(gn)} reached the absolute threshold {fmt_number(limit)}",
-            {"grad_norm": gn, "threshold": limit, "check": "absolute"},
+            f"{label} {fmt_number(value)} reached the absolute threshold {fmt_number(limit)}",
+            {"grad_norm": value, "threshold": limit, "check": "absolute"},
             onset_step=previous + 1 if previous is not None else step,
         )

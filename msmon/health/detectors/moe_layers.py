@@ -38,6 +38,8 @@ class RoutedTokens:
         if record.keys() != self._keys:
             self._keys = frozenset(record)
             self._experts = tuple((key, *found) for key in record if (found := expert_key(key)) is not None)
+        if not self._experts:
+            return {}  # a run without MoE routing: every record
         layers: dict[int, dict[int, float]] = {}
         for key, layer, expert in self._experts:
             number = as_number(record[key])
