@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from msmon.util.jsonfiles import JsonObject, JsonValue
 
 logger = logging.getLogger("msmon")
 
@@ -27,12 +28,12 @@ class Anomaly:
     alert_step: int
     message: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"detector": self.detector, "onset_step": self.onset_step, "alert_step": self.alert_step,
                 "message": self.message}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Anomaly:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> Anomaly:
         """ValueError, KeyError or TypeError when ``data`` is not one."""
         return cls(str(data["detector"]), int(data["onset_step"]), int(data["alert_step"]), str(data["message"]))
 
@@ -52,12 +53,12 @@ class StopRequest:
         """The run's one-line error: ``stall at step 120: no step ended for 300 s ...``."""
         return f"{self.detector} at step {self.step}: {self.message}" if self.detector is not None else self.message
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"message": self.message, "detector": self.detector, "step": self.step,
                 "anomaly": self.anomaly.to_json() if self.anomaly is not None else None}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StopRequest:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> StopRequest:
         """ValueError, KeyError or TypeError when ``data`` is not one."""
         detector, step, anomaly = data.get("detector"), data.get("step"), data.get("anomaly")
         return cls(str(data["message"]), str(detector) if detector is not None else None,
@@ -92,7 +93,7 @@ class Rollback:
                 f"{self.checkpoint_step}, the data of {self.skipped_steps} steps skipped (batches {self.skip_from + 1}-"
                 f"{self.skip_to})")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"attempt": self.attempt, "detector": self.detector, "onset_step": self.onset_step,
                 "alert_step": self.alert_step, "checkpoint_step": self.checkpoint_step,
                 "checkpoint": self.checkpoint, "skip_from": self.skip_from, "skip_to": self.skip_to,
@@ -100,7 +101,7 @@ class Rollback:
                 "time_lost_s": self.time_lost_s}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Rollback:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> Rollback:
         """ValueError, KeyError or TypeError when ``data`` is not one."""
         samples, lost = data.get("skipped_samples"), data.get("time_lost_s")
         return cls(int(data["attempt"]), str(data["detector"]), int(data["onset_step"]), int(data["alert_step"]),
@@ -109,7 +110,7 @@ class Rollback:
                    float(lost) if lost is not None else None)
 
 
-def rollbacks_of(info: Mapping[str, Any]) -> list[Rollback]:
+def rollbacks_of(info: Mapping[str, JsonValue]) -> list[Rollback]:
     """The rollbacks run.json lists (entries this msmon cannot read are left out)."""
     found = []
     for entry in info.get("rollbacks") or []:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+
+from msmon.util.jsonfiles import JsonObject
 
 
 class Severity(StrEnum):
@@ -30,7 +31,7 @@ class Finding:
     def with_line(self, line: int | None) -> Finding:
         return Finding(self.severity, self.code, self.path, self.message, self.hint, line)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = asdict(self)
         data["severity"] = self.severity.value
         return {key: data[key] for key in ("severity", "code", "path", "line", "message", "hint")}

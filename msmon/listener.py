@@ -11,7 +11,8 @@ listener raises is counted as an internal error (msmon.util.internal_errors), ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from msmon.util.jsonfiles import JsonObject
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,10 @@ class SessionStatus:
 class Listener:
     """Follows the record stream on the session's writer thread; override what you need."""
 
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         """A logged step's record (every backend has been handed it)."""
 
-    def on_alert(self, alert: dict[str, Any]) -> None:
+    def on_alert(self, alert: JsonObject) -> None:
         """An alert (one line of alerts.jsonl)."""
 
     def on_status(self, status: SessionStatus) -> None:

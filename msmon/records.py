@@ -7,16 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
 
 from msmon.errors import MsmonError
-from msmon.util.jsonfiles import iter_jsonl, parse_object
+from msmon.util.jsonfiles import JsonObject, iter_jsonl, parse_object
 from msmon.util.numbers import as_number, with_nonfinite_floats
 
 logger = logging.getLogger("msmon")
 
 
-def check_record(data: dict[str, Any], where: str) -> dict[str, Any]:
+def check_record(data: JsonObject, where: str) -> JsonObject:
     """A record with an integer ``step`` and numeric ``time``; "NaN"/"Infinity" strings become floats."""
     record = with_nonfinite_floats(data)
     step = record.get("step")
@@ -30,14 +29,14 @@ def check_record(data: dict[str, Any], where: str) -> dict[str, Any]:
     return record
 
 
-def _checked(data: dict[str, Any]) -> bool:
+def _checked(data: JsonObject) -> bool:
     """Whether ``check_record`` would return ``data`` as it is (an int step, a float time, no text): the common
     record, passed on without a copy."""
     return (type(data.get("step")) is int and type(data.get("time", 0.0)) in (float, int)
             and str not in set(map(type, data.values())))
 
 
-def parse_record(text: str, where: str) -> dict[str, Any]:
+def parse_record(text: str, where: str) -> JsonObject:
     """One JSON Lines record (see ``check_record``); MsmonError naming ``where`` otherwise."""
     try:
         data = parse_object(text)
@@ -46,7 +45,7 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
     return check_record(data, where)
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
+def read_records(path: Path) -> Iterator[JsonObject]:
     """Records of a JSON Lines file, read line by line (bounded memory); MsmonError at the first line that is no
     record; a half-written last line (a killed run) is skipped with a warning."""
     try:

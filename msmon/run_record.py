@@ -17,17 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.anomaly import Rollback, rollbacks_of
 from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import JsonObject, JsonValue, read_json_object
 
 logger = logging.getLogger("msmon")
-
-JsonObject = dict[str, Any]
 
 #: The counts run.json sums over the attempts of a run.
 SUMMED = ("alert_count", "dropped_records", "records_lost", "internal_errors", "framework_warnings",
@@ -97,7 +94,7 @@ class AttemptEntry:
                 **{key: getattr(self, key) for key in SUMMED}, "error": self.error}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], number: int) -> AttemptEntry:
+    def from_json(cls, data: Mapping[str, JsonValue], number: int) -> AttemptEntry:
         """An entry as run.json holds it (``number``: its place in the list, when it names none)."""
         reason = _str(data.get("reason"))
         return cls(
@@ -146,7 +143,7 @@ class RunRecord:
     dropped_records: int | None = 0
     records_lost: int | None = 0
     backends_failed_to_close: tuple[str, ...] = ()
-    backends: dict[str, Any] = field(default_factory=dict)  # per backend: its accounting (RankResult's)
+    backends: JsonObject = field(default_factory=dict)  # per backend: its accounting (RankResult's)
     alert_count: int | None = 0
     internal_errors: int | None = 0
     first_internal_error: str | None = None
@@ -184,7 +181,7 @@ class RunRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> RunRecord:
         """run.json as read (never raises: what is missing or of the wrong type reads as missing)."""
         listed = data.get("attempts")
         scalars: JsonObject = {**{name: _str(data.get(name)) for name in STRING_FIELDS},

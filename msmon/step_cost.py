@@ -11,10 +11,9 @@ import statistics
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
-from msmon.util.jsonfiles import read_jsonl
+from msmon.util.jsonfiles import JsonObject, JsonValue, read_jsonl
 from msmon.util.numbers import as_number, fmt_number
 
 
@@ -54,11 +53,11 @@ class StepCost:
             fields.update((key, value) for key, value in memory.items() if value is not None)
         return fields
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {key: round(value, 3) if isinstance(value, float) else value for key, value in asdict(self).items()}
 
     @classmethod
-    def from_json(cls, data: Any) -> StepCost | None:
+    def from_json(cls, data: JsonValue) -> StepCost | None:
         """The cost a JSON object describes, or None when it is not one (an older or damaged line)."""
         if not isinstance(data, dict):
             return None

@@ -1,7 +1,7 @@
 """The architecture holds: imports point down the layers, the core never imports Typer or Rich, modules stay small.
 
-The layers (docs/architecture.md): the foundation (``msmon``, anomaly, errors, findings, launch_layout, layout,
-listener, records, run_record, status, step_cost, compat, util), then config, then reference (the reference
+The layers (docs/architecture.md): the foundation (``msmon``, anomaly, errors, findings, foreign, launch_layout,
+layout, listener, records, run_record, status, step_cost, compat, util), then config, then reference (the reference
 curves), then engine / health / validate (siblings that do not import each other), then ops and view, then runner,
 then cli.
 Every import counts, also the ones inside functions.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "msmon"
-FOUNDATION = {"msmon", "anomaly", "errors", "findings", "launch_layout", "layout", "listener", "probe", "records",
-              "run_record", "status", "step_cost", "compat", "util"}
+FOUNDATION = {"msmon", "anomaly", "errors", "findings", "foreign", "launch_layout", "layout", "listener", "probe",
+              "records", "run_record", "status", "step_cost", "compat", "util"}
 ALLOWED: dict[str, set[str]] = {
     **dict.fromkeys(FOUNDATION, FOUNDATION),
     "config": FOUNDATION | {"config"},
@@ -187,6 +187,41 @@ def test_the_silent_handler_rule_sees_each_shape() -> None:
 
     assert flagged("    pass\n") and flagged("    continue\n") and flagged("    self.ok = False\n    return\n")
     assert not flagged("    report('x', exc)\n") and not flagged("    failure = exc\n")
+
+
+#: Where ``Any`` is named: what the foreign libraries hand msmon (msmon.foreign) and decoded JSON (util.jsonfiles).
+ANY_HOMES = {"foreign", "util.jsonfiles"}
+
+
+def test_any_only_under_a_name() -> None:
+    """``Any`` is imported only by the modules that name the values msmon does not type itself: msmon.foreign (what
+    MindSpore, mindformers, OmegaConf, protobuf and the backend libraries hand msmon: they ship no types and are
+    imported only inside functions) and msmon.util.jsonfiles (decoded JSON, outside input). Every other module uses
+    those names or a real type, so an untyped value says what it is; an internal interface is never ``Any``."""
+    imported = [f"{name}:{node.lineno}" for name, tree in _parsed() if name not in ANY_HOMES
+                for node in ast.walk(tree)
+                if (isinstance(node, ast.ImportFrom) and node.module in ("typing", "typing_extensions")
+                    and any(alias.name == "Any" for alias in node.names))
+                or (isinstance(node, ast.Attribute) and node.attr == "Any")]
+    assert imported == []
+
+
+def test_each_untyped_name_says_what_it_is() -> None:
+    """In the homes of ``Any``, it appears only as a module-level alias (``CallbackParams = Any``) under a ``#:``
+    comment saying what the value is."""
+    unnamed = []
+    for name, path in modules():
+        if name not in ANY_HOMES:
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines))
+        aliases = {id(statement.value): statement for statement in tree.body if isinstance(statement, ast.Assign)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "Any":
+                alias = aliases.get(id(node))
+                if alias is None or not lines[alias.lineno - 2].startswith("#:"):
+                    unnamed.append(f"{name}:{node.lineno}")
+    assert unnamed == []
 
 
 def test_every_check_takes_the_check_context_alone() -> None:

@@ -9,12 +9,16 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
 from msmon.cli.common import handle_errors, wide_console
 from msmon.errors import ExitCode, MsmonError
+
+if TYPE_CHECKING:
+    from msmon.ops.board import BoardHandle
 
 board_app = typer.Typer(help="Start, list and stop boards (MindInsight or TensorBoard).", no_args_is_help=True)
 
@@ -61,7 +65,7 @@ def start(
     _foreground(handle)
 
 
-def _foreground(handle: Any) -> None:
+def _foreground(handle: BoardHandle) -> None:
     """Wait until Ctrl-C (exit 0) or SIGTERM (exit 143) and stop the board; exit 5 if it dies on its own.
 
     The signal handlers only note the signal: an exception raised from a handler could land anywhere, in the middle
@@ -72,7 +76,7 @@ def _foreground(handle: Any) -> None:
 
     received: list[int] = []
 
-    def note(signum: int, _frame: Any) -> None:
+    def note(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
 
     previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}

@@ -7,7 +7,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from functools import wraps
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 import typer
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # Rich only where something is drawn (not for --json: `msmon 
 
 from msmon.errors import ExitCode, MsmonError, describe
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 #: Said by every CONFIG argument that takes a shipped quickstart's name (msmon.config.loader.quickstart_names;
 #: spelled out so that `msmon --help` imports no config code, and checked by a test).
@@ -24,7 +24,7 @@ QUICKSTART_NAMES = "quickstart, quickstart-moe, quickstart-qwen3"
 CONFIG_HELP = f"mindformers training YAML with a monitor_config section, or a quickstart by name: {QUICKSTART_NAMES}."
 
 
-def color_enabled(stream: Any = None) -> bool:
+def color_enabled(stream: TextIO | None = None) -> bool:
     """Colours only on a terminal and when NO_COLOR is unset or empty (no-color.org)."""
     stream = stream or sys.stdout
     return not os.environ.get("NO_COLOR") and bool(getattr(stream, "isatty", lambda: False)())
@@ -57,7 +57,7 @@ def handle_errors(func: F) -> F:
     """Turn MsmonError and unexpected exceptions into one stderr line and a documented exit code."""
 
     @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return func(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import typer
 from typer.testing import CliRunner
@@ -107,12 +107,13 @@ def render_config() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commands(group: Any, prefix: list[str]) -> list[list[str]]:
+def _commands(group: object, prefix: list[str]) -> list[list[str]]:
     """Every command path below ``group``, subcommands included (typer vendors its own click: a group is whatever
     has ``commands``)."""
     found: list[list[str]] = []
-    for name in sorted(group.commands):
-        command = group.commands[name]
+    commands: Mapping[str, object] = getattr(group, "commands", {})
+    for name in sorted(commands):
+        command = commands[name]
         found.append([*prefix, name])
         if getattr(command, "commands", None):
             found.extend(_commands(command, [*prefix, name]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -29,7 +28,7 @@ def findings_table(findings: list[Finding]) -> Table:
     return table
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from msmon.cli.common import handle_errors, stdout_console
 from msmon.cli.complete import run_dirs
+from msmon.util.jsonfiles import JsonObject
 
 if TYPE_CHECKING:
     from msmon.config.health import HealthSettings
@@ -62,7 +63,7 @@ def replay(
     console.print(f"{len(alerts)} {noun} in {count} records of {escape(path)}")
 
 
-def _tuning(path: str) -> tuple[HealthSettings, dict[str, Any]]:
+def _tuning(path: str) -> tuple[HealthSettings, JsonObject]:
     """(health settings, training config) of a YAML given with --config."""
     from msmon.config.loader import load_config
     from msmon.health.replay import health_settings

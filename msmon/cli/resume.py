@@ -13,13 +13,14 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from msmon.cli.common import handle_errors
 from msmon.cli.complete import run_dirs
 from msmon.errors import MsmonError
+from msmon.util.jsonfiles import JsonObject
 
 #: The options of `msmon run` a resume takes over from the recorded command line (a run.json without ``request``).
 LAUNCH_OPTIONS = ("worker_num", "local_worker_num", "master_addr", "master_port", "node_rank")
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
     app.command("resume")(resume)
 
 
-def recorded_options(command: list[str]) -> dict[str, Any]:
+def recorded_options(command: list[str]) -> JsonObject:
     """The parameters of the ``msmon run ...`` command line ``command`` (run.json's), by `msmon run`'s parser."""
     from msmon.cli.run import WITH_LAUNCH_FLAGS, run
 
@@ -62,7 +63,7 @@ def record_of_command(command: list[str]) -> ResumeRecord:
     )
 
 
-def record_fields(record: ResumeRecord) -> dict[str, Any]:
+def record_fields(record: ResumeRecord) -> JsonObject:
     """A record as the keyword arguments of a RunRequest."""
     return {"overrides": list(record.overrides), "launch_layout": record.launch_layout,
             "max_restarts": record.max_restarts, "restart_backoff_s": record.restart_backoff_s}

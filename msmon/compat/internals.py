@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from msmon.compat.environment import release
 from msmon.errors import ExitCode, MsmonError
+from msmon.foreign import ConfigValue
 from msmon.util.mapping import dotted_get
+
+T = TypeVar("T")
 
 #: Names of the parts of ``cb_params.net_outputs`` by tuple length: what ``MFTrainOneStepCell`` and
 #: ``MFPipelineWithLossScaleCell`` return in mindformers 1.8-1.9 (legacy and mcore models alike; with
@@ -212,7 +215,7 @@ def monitor_config_keys(version: str | None) -> tuple[frozenset[str], str]:
     return MONITOR_CONFIG_KEYS[chosen], chosen
 
 
-def global_norm_spike_threshold(config: Mapping[str, Any] | None) -> float | None:
+def global_norm_spike_threshold(config: Mapping[str, ConfigValue] | None) -> float | None:
     """The global-norm spike threshold a training config sets, where mindformers 1.8-1.9 read it:
     ``monitor_config.health_checkpoint.global_norm_spike_threshold`` (1.9) over
     ``monitor_config.global_norm_spike_threshold``; None when neither is a number."""
@@ -261,7 +264,8 @@ CHECKPOINT_SECTION_KEYS: dict[str, str] = {
 }
 
 
-def checkpoint_section(config: Mapping[str, Any] | None, version: str | None) -> Mapping[str, Any] | None:
+def checkpoint_section(config: Mapping[str, ConfigValue] | None,
+                       version: str | None) -> Mapping[str, ConfigValue] | None:
     """The ``checkpoint:`` section mindformers ``version`` reads from ``config`` (None: the config has none, or the
     release reads none, ``CHECKPOINT_SECTION_SINCE``; ``version`` None: read as the newest known release). When it
     is not None, the release saves and resumes in the iteration layout, and the section says how often and how many;
@@ -279,7 +283,7 @@ def checkpoint_section(config: Mapping[str, Any] | None, version: str | None) ->
     return section if isinstance(section, Mapping) and section else None
 
 
-def use_legacy(config: Mapping[str, Any]) -> bool:
+def use_legacy(config: Mapping[str, ConfigValue]) -> bool:
     """Whether mindformers builds a legacy model for ``config``, read as mindformers 1.8-1.9 read it.
 
     ``is_legacy_model()`` takes ``context.use_legacy`` when the key is there (even null) over the top-level
@@ -292,7 +296,7 @@ def use_legacy(config: Mapping[str, Any]) -> bool:
     return True if value is None else bool(value)
 
 
-def known(table: Mapping[str, Any], version: str | None, what: str) -> Any:
+def known(table: Mapping[str, T], version: str | None, what: str) -> T:
     """The entry of ``table`` for an installed mindformers ``version``; a clear error for any other."""
     if version is not None and version in table:
         return table[version]
@@ -356,7 +360,7 @@ class PipelineLayout:
                 "the other stages hold no loss")
 
 
-def pipeline_layout(config: Mapping[str, Any], world_size: int) -> PipelineLayout:
+def pipeline_layout(config: Mapping[str, ConfigValue], world_size: int) -> PipelineLayout:
     """The pipeline layout of a training config on ``world_size`` ranks, read as mindformers 1.9 reads it: stages
     from ``parallel_config.pipeline_stage`` when ``use_parallel`` is true (``ParallelOperator._set_pipeline_stage``),
     the scheduler from ``parallel.pipeline_config.pipeline_scheduler``."""

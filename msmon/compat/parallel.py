@@ -4,8 +4,8 @@ the knowledge msmon's pre-flight needs to count devices and steps. Nothing here 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from msmon.foreign import ConfigValue
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
@@ -15,7 +15,7 @@ LAYOUT_MODES = (1, 2, "semi_auto_parallel", "auto_parallel")
 LAYOUT_KEYS = ("data_parallel", "model_parallel", "context_parallel", "pipeline_stage")
 
 
-def expected_world_size(config: Mapping[str, Any]) -> int:
+def expected_world_size(config: Mapping[str, ConfigValue]) -> int:
     """The ranks a parallel config is written for: data x model x context x pipeline parallel (mindformers checks
     that their product is the device count)."""
     size = 1
@@ -25,12 +25,12 @@ def expected_world_size(config: Mapping[str, Any]) -> int:
     return size
 
 
-def lays_out_ranks(config: Mapping[str, Any]) -> bool:
+def lays_out_ranks(config: Mapping[str, ConfigValue]) -> bool:
     """Whether ``parallel_config`` decides the device count (``use_parallel`` in semi-auto or auto mode)."""
     return config.get("use_parallel") is True and dotted_get(config, "parallel.parallel_mode") in LAYOUT_MODES
 
 
-def samples_per_step(config: Mapping[str, Any]) -> int | None:
+def samples_per_step(config: Mapping[str, ConfigValue]) -> int | None:
     """The samples of ``train_dataset.data_loader.num_samples`` one step consumes, as mindformers sizes its batches
     (None without a batch size). ``num_samples`` counts per dataset shard (MindSpore's samplers), so where each
     rank reads its own shard (one device; data parallel mode; ``full_batch: False``) a step takes the per-rank
@@ -53,7 +53,7 @@ def samples_per_step(config: Mapping[str, Any]) -> int | None:
     return per_rank
 
 
-def global_batch_size(config: Mapping[str, Any], world_size: int) -> int | None:
+def global_batch_size(config: Mapping[str, ConfigValue], world_size: int) -> int | None:
     """The samples one step takes over every rank (mindformers' ``global_batch_size``; None without a batch size):
     ``samples_per_step`` where every rank reads the global batch (``full_batch: True``), times ``data_parallel``
     where each rank of a parallel layout reads its own shard, times ``world_size`` in data parallel mode (every
@@ -66,7 +66,7 @@ def global_batch_size(config: Mapping[str, Any], world_size: int) -> int | None:
     return per_step * max(world_size, 1)
 
 
-def data_steps(config: Mapping[str, Any]) -> int | None:
+def data_steps(config: Mapping[str, ConfigValue]) -> int | None:
     """The steps the data gives: ``num_samples`` // the samples a step takes x epochs (None when not stated). It is
     also the end of the data in batches, counted across epochs (what MindSpore's ``set_init_step`` must stay below)."""
     samples = positive_int(dotted_get(config, "train_dataset.data_loader.num_samples"))

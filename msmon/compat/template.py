@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from msmon.compat.environment import package_version
 from msmon.compat.internals import checkpoint_section
+from msmon.foreign import ConfigValue
 from msmon.util.numbers import positive_int
 
 #: ``MonitorConfig.dump_path``: where ``monitor_on`` dumps the local norms when the YAML names no directory.
@@ -44,7 +44,7 @@ class CheckpointSaving:
         return (self.keep - 2) * self.every_steps >= steps
 
 
-def checkpoint_saving(config: Mapping[str, Any] | None, version: str | None = None) -> CheckpointSaving | None:
+def checkpoint_saving(config: Mapping[str, ConfigValue] | None, version: str | None = None) -> CheckpointSaving | None:
     """The config's ``CheckpointMonitor`` (the first one), or None when it saves no checkpoint; where mindformers
     (``version``, else the installed one) reads a ``checkpoint:`` section, its ``save_interleaved_steps`` and
     ``save_max`` win over the entry's own keys (path ``checkpoint``)."""

@@ -11,10 +11,14 @@ import difflib
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Literal, TypeVar, Union
 
 from msmon.config.fields import in_range, meaning, range_text
 from msmon.findings import Finding, error
+from msmon.foreign import ConfigValue
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 
@@ -50,7 +54,7 @@ def misspelling_of(name: str, candidates: Iterable[str]) -> str | None:
     return match[0] if match and edits(name, match[0]) <= max(1, len(name) // 4) else None
 
 
-def _type_name(tp: Any) -> str:
+def _type_name(tp: object) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(c) for c in typing.get_args(tp))
@@ -63,7 +67,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -77,7 +81,7 @@ SCALARS: dict[type, tuple[str, str]] = {
 }
 
 
-def _accepts(tp: type, value: Any) -> bool:
+def _accepts(tp: type, value: object) -> bool:
     """Strict scalar typing: only a bool is a bool, a bool is no number, a float accepts an int."""
     if tp is bool or tp is str:
         return isinstance(value, tp)
@@ -86,7 +90,7 @@ def _accepts(tp: type, value: Any) -> bool:
     return isinstance(value, int) if tp is int else isinstance(value, int | float)
 
 
-def _coerce(value: Any, tp: Any, path: str, findings: list[Finding]) -> Any:
+def _coerce(value: ConfigValue, tp: object, path: str, findings: list[Finding]) -> ConfigValue:
     """Return the checked value, or _MISSING after appending a finding."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -128,13 +132,14 @@ def _coerce(value: Any, tp: Any, path: str, findings: list[Finding]) -> Any:
     raise TypeError(f"unsupported settings type {tp!r} at {path}")
 
 
-def build(cls: type[T], data: Mapping[str, Any], path: str, ignore: Iterable[str] = ()) -> tuple[T, list[Finding]]:
+def build(cls: type[T], data: Mapping[str, ConfigValue], path: str,
+          ignore: Iterable[str] = ()) -> tuple[T, list[Finding]]:
     """Build ``cls`` from ``data``; invalid values fall back to defaults and yield findings."""
     findings: list[Finding] = []
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     ignored = set(ignore)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, ConfigValue] = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)
         if key in ignored:
@@ -149,10 +154,10 @@ def build(cls: type[T], data: Mapping[str, Any], path: str, ignore: Iterable[str
     return cls(**kwargs), findings
 
 
-def field_docs(cls: type, prefix: str = "", *, with_items: bool = False) -> list[tuple[str, str, Any, str, str]]:
+def field_docs(cls: type, prefix: str = "", *, with_items: bool = False) -> list[tuple[str, str, object, str, str]]:
     """(dotted key, type, default, meaning, allowed range and check code) for every leaf key of a settings class;
     ``with_items`` (the docs): also the keys of each item of a list of sections (``health.alerts.chat[].url``)."""
-    rows: list[tuple[str, str, Any, str, str]] = []
+    rows: list[tuple[str, str, object, str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
@@ -172,7 +177,8 @@ def field_docs(cls: type, prefix: str = "", *, with_items: bool = False) -> list
 RANGE_HINT = "set a value in that range, or remove the key for its default"
 
 
-def range_findings(settings: Any, prefix: str, code: str, hint: str = RANGE_HINT, _below: str = "") -> list[Finding]:
+def range_findings(settings: DataclassInstance | type[DataclassInstance], prefix: str, code: str,
+                   hint: str = RANGE_HINT, _below: str = "") -> list[Finding]:
     """An error ``code`` for each value of ``settings`` (a settings dataclass, nested ones included) outside
     the range its field declares (``doc(..., at_least=, above=, at_most=)``)."""
     found: list[Finding] = []

@@ -6,17 +6,20 @@ docs/config.md is generated from the text; validation checks the range (``range_
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import field
-from typing import Any
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: The text of a field that its settings class's docstring explains (a detector's ``enabled``: what it finds).
 CLASS_DOC = "<the class's docstring>"
 
 
 def doc(
-    default: Any, text: str, check: str = "", *, at_least: float | None = None, above: float | None = None,
+    default: T, text: str, check: str = "", *, at_least: float | None = None, above: float | None = None,
     at_most: float | None = None,
-) -> Any:
+) -> T:
     """A field with a default, a one-line meaning, the validation code that guards it, and its range
     (``at_least``: >=, ``above``: >, ``at_most``: <=; a None value is never out of range)."""
     metadata = {"doc": text, "check": check, "at_least": at_least, "above": above, "at_most": at_most}
@@ -25,7 +28,7 @@ def doc(
     return field(default=default, metadata=metadata)
 
 
-def meaning(cls: type, metadata: Any) -> str:
+def meaning(cls: type, metadata: Mapping[str, object]) -> str:
     """A field's one-line meaning: its ``doc()`` text, or for ``CLASS_DOC`` the docstring ``cls`` itself declares."""
     text = metadata.get("doc", "")
     if text != CLASS_DOC:
@@ -36,7 +39,7 @@ def meaning(cls: type, metadata: Any) -> str:
     return " ".join(own.split())
 
 
-def range_text(metadata: Any) -> str:
+def range_text(metadata: Mapping[str, float | None]) -> str:
     """``>= 3``, ``> 0 and <= 1``: the range a field's metadata allows ('' when unbounded)."""
     parts = []
     if metadata.get("at_least") is not None:
@@ -48,7 +51,7 @@ def range_text(metadata: Any) -> str:
     return " and ".join(parts)
 
 
-def in_range(value: float, metadata: Any) -> bool:
+def in_range(value: float, metadata: Mapping[str, float | None]) -> bool:
     """Whether ``value`` lies in the range of a field's metadata."""
     low, above, high = metadata.get("at_least"), metadata.get("above"), metadata.get("at_most")
     return not ((low is not None and value < low) or (above is not None and value <= above)

@@ -12,8 +12,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from msmon.foreign import ConfigValue
+from msmon.util.jsonfiles import JsonValue
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import as_number, positive_int
 
@@ -78,7 +79,7 @@ RESULTS: tuple[str, ...] = ("final_loss", "best_loss", "steps", "status")
 Value = float | int | str
 
 
-def _read(config: Mapping[str, Any], path: str) -> Any:
+def _read(config: Mapping[str, ConfigValue], path: str) -> ConfigValue:
     """A config value by dotted path; ``key[i]`` takes item i of a list."""
     indexed = _INDEX.match(path)
     if indexed is None:
@@ -88,7 +89,7 @@ def _read(config: Mapping[str, Any], path: str) -> Any:
     return items[index] if isinstance(items, list | tuple) and index < len(items) else None
 
 
-def _value(raw: Any, number: bool) -> Value | None:
+def _value(raw: ConfigValue, number: bool) -> Value | None:
     if raw is None or raw == "" or raw == []:
         return None
     if number:
@@ -101,7 +102,7 @@ def _value(raw: Any, number: bool) -> Value | None:
     return str(raw)
 
 
-def world_size(config: Mapping[str, Any]) -> int:
+def world_size(config: Mapping[str, ConfigValue]) -> int:
     """Devices of the run as mindformers lays them out: the product of the parallel dimensions with
     ``use_parallel``, else 1."""
     if config.get("use_parallel") is not True:
@@ -112,7 +113,7 @@ def world_size(config: Mapping[str, Any]) -> int:
     return size
 
 
-def hyperparameters(config: Mapping[str, Any] | None) -> dict[str, Value]:
+def hyperparameters(config: Mapping[str, ConfigValue] | None) -> dict[str, Value]:
     """The run's hyperparameters (absent ones left out), in the order of HYPERPARAMETERS, then world_size."""
     config = config or {}
     found: dict[str, Value] = {}
@@ -149,7 +150,7 @@ class RunResults:
     best_step: int | None = None
     steps: int = 0
 
-    def add(self, records: Iterable[Mapping[str, Any]]) -> RunResults:
+    def add(self, records: Iterable[Mapping[str, JsonValue]]) -> RunResults:
         for record in records:
             step = record.get("step")
             if isinstance(step, int) and not isinstance(step, bool):

@@ -8,7 +8,6 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from msmon.config.datasets import dataset_path
 from msmon.errors import ExitCode, MsmonError, first_line
+from msmon.foreign import ConfigValue
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 #: Interpolations whose value comes from outside the file (the environment): never written resolved.
@@ -59,12 +59,12 @@ class LoadedConfig:
             key = key.rpartition(".")[0].split("[")[0] if "." in key else ""
         return None
 
-    def section(self, name: str) -> Any:
+    def section(self, name: str) -> ConfigValue:
         """A top-level section, unresolved, as a plain container (None when absent)."""
         node = self.conf.get(name) if name in self.conf else None
         return OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
 
-    def resolved(self) -> dict[str, Any]:
+    def resolved(self) -> dict[str, ConfigValue]:
         """The whole config with interpolations resolved; unresolvable ones raise MsmonError."""
         try:
             return OmegaConf.to_container(self.conf, resolve=True)  # type: ignore[return-value]
@@ -189,7 +189,7 @@ def _parse(text: str, where: str) -> tuple[DictConfig, yaml.Node]:
     return conf, root
 
 
-def override_value(value: Any) -> str:
+def override_value(value: ConfigValue) -> str:
     """A value as an OmegaConf dotlist value (parsed as YAML): booleans and numbers bare, text in YAML's single
     quotes (``'`` doubled) with OmegaConf's interpolation escaped (``\\${``)."""
     if isinstance(value, bool | int | float):
@@ -238,18 +238,18 @@ def secrets_unresolved(loaded: LoadedConfig) -> LoadedConfig:
     """A copy whose environment interpolations (``${oc.env:TOKEN}``) resolve to their own text: how a run's config
     is shown and compared later, where those variables are not set (and secrets are never written resolved)."""
 
-    def escape(node: Any) -> Any:
+    def escape(node: ConfigValue) -> ConfigValue:
         if isinstance(node, dict):
             return {key: escape(value) for key, value in node.items()}
         if isinstance(node, list):
             return [escape(item) for item in node]
         return SECRET_SOURCES.sub(r"\\${\g<1>:", node) if isinstance(node, str) else node
 
-    plain = OmegaConf.to_container(loaded.conf, resolve=False)
-    return dataclasses.replace(loaded, conf=OmegaConf.create(escape(plain)))
+    escaped: dict[str, ConfigValue] = escape(OmegaConf.to_container(loaded.conf, resolve=False))
+    return dataclasses.replace(loaded, conf=OmegaConf.create(escaped))
 
 
-def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> LoadedConfig:
+def config_from_dict(data: dict[str, ConfigValue], overrides: list[str] | None = None) -> LoadedConfig:
     """Wrap a Python dict (the library API's ``monitor_config=dict(...)`` form) as a LoadedConfig."""
     try:
         conf = OmegaConf.create(data)

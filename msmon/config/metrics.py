@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from msmon.foreign import ConfigValue
+from msmon.util.jsonfiles import JsonValue
 from msmon.util.numbers import as_number
 
 CORE_METRICS: tuple[str, ...] = ("loss", "grad_norm", "learning_rate", "throughput", "global_step")
@@ -29,16 +30,16 @@ class Exposure:
     fix: str = ""
 
 
-def _wrapper(cfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _wrapper(cfg: Mapping[str, ConfigValue]) -> Mapping[str, ConfigValue] | None:
     wrapper = cfg.get("runner_wrapper")
     return wrapper if isinstance(wrapper, Mapping) else None
 
 
-def _always(cfg: Mapping[str, Any]) -> Exposure:
+def _always(cfg: Mapping[str, ConfigValue]) -> Exposure:
     return Exposure(True)
 
 
-def _grad_norm(cfg: Mapping[str, Any]) -> Exposure:
+def _grad_norm(cfg: Mapping[str, ConfigValue]) -> Exposure:
     wrapper = _wrapper(cfg)
     if wrapper is None:  # mindformers' template default: MFTrainOneStepCell with use_clip_grad True
         return Exposure(True)
@@ -53,14 +54,14 @@ def _grad_norm(cfg: Mapping[str, Any]) -> Exposure:
     return Exposure(True)
 
 
-def _loss_scale(cfg: Mapping[str, Any]) -> Exposure:
+def _loss_scale(cfg: Mapping[str, ConfigValue]) -> Exposure:
     wrapper = _wrapper(cfg)
     if wrapper is None or wrapper.get("type") in MF_WRAPPERS:
         return Exposure(True)
     return Exposure(False, "use a loss-scale runner_wrapper such as MFTrainOneStepCell with a scale_sense")
 
 
-def _layer_grad_norm(cfg: Mapping[str, Any]) -> Exposure:
+def _layer_grad_norm(cfg: Mapping[str, ConfigValue]) -> Exposure:
     """Per-group norms come from the wrapper's per-gradient squared sums; msmon turns them on (config.split)."""
     wrapper = _wrapper(cfg)
     if wrapper is None:
@@ -72,14 +73,14 @@ def _layer_grad_norm(cfg: Mapping[str, Any]) -> Exposure:
     return Exposure(True)
 
 
-def _local_norm(cfg: Mapping[str, Any]) -> Exposure:
+def _local_norm(cfg: Mapping[str, ConfigValue]) -> Exposure:
     wrapper = _wrapper(cfg)
     if wrapper is not None and wrapper.get("local_norm") is True:
         return Exposure(True)
     return Exposure(False, "set runner_wrapper.local_norm: True")
 
 
-def _moe_routing(cfg: Mapping[str, Any]) -> Exposure:
+def _moe_routing(cfg: Mapping[str, ConfigValue]) -> Exposure:
     """The routers keep per-expert token shares only for ``gbs_aux_loss`` (msmon.engine.routing)."""
     model = cfg.get("model")
     model_config = model.get("model_config") if isinstance(model, Mapping) else None
@@ -107,7 +108,7 @@ class MetricSpec:
     name: str
     description: str
     aliases: tuple[str, ...] = ()
-    exposure: Callable[[Mapping[str, Any]], Exposure] = _always
+    exposure: Callable[[Mapping[str, ConfigValue]], Exposure] = _always
     code: str = "MS302"  # the finding when the training config does not produce it
 
 
@@ -197,7 +198,7 @@ def known_metric_names() -> list[str]:
     return [*METRICS, *ALIASES]
 
 
-def nonfinite_values(record: Mapping[str, Any]) -> dict[str, float]:
+def nonfinite_values(record: Mapping[str, JsonValue]) -> dict[str, float]:
     """The NaN/Inf values of ``record`` that mean divergence (the ``nonfinite`` detector's rule, and the rank
     heartbeat's): loss, grad_norm and loss_mean (loss_mean only when the loss itself is finite); a non-finite
     grad_norm alone on a step the loss-scale wrapper flagged as overflow is expected (the update is skipped)."""

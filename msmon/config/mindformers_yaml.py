@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -29,6 +28,7 @@ from msmon.compat.internals import ITERATION_FORMAT, checkpoint_section
 from msmon.config.loader import LoadedConfig
 from msmon.config.split import split_monitor_config
 from msmon.errors import MsmonError
+from msmon.foreign import ConfigValue
 
 #: The ``run_mode`` values that train (``run_mindformer.py`` calls ``Trainer.train()`` for both).
 TRAINING_RUN_MODES = ("train", "finetune")
@@ -42,7 +42,7 @@ PLAIN_MODULE = "msmon_cpu"
 _MISSING = object()
 
 
-def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
+def mindformers_config(loaded: LoadedConfig) -> dict[str, ConfigValue]:
     """The config mindformers gets (a plain dict; see the module docstring)."""
     resolved = loaded.resolved()
     parsed = yaml.safe_load(loaded.text) if loaded.text is not None else resolved
@@ -59,7 +59,7 @@ def mindformers_config(loaded: LoadedConfig) -> dict[str, Any]:
     return training
 
 
-def fit_checkpoint_section(training: dict[str, Any]) -> None:
+def fit_checkpoint_section(training: dict[str, ConfigValue]) -> None:
     """Drop the ``checkpoint:`` section where mindformers would not save with it (a release without it, data parallel,
     a ``load_checkpoint`` file: the ``CheckpointMonitor``'s keys apply); where it stays, a ``load_checkpoint`` directory
     (``--load_checkpoint``) becomes its ``load_path`` when that is empty, read as safetensors (1.9.0 maps the legacy
@@ -74,7 +74,7 @@ def fit_checkpoint_section(training: dict[str, Any]) -> None:
         training["load_ckpt_format"] = ITERATION_FORMAT
 
 
-def _drop_plain_support(training: dict[str, Any]) -> None:
+def _drop_plain_support(training: dict[str, ConfigValue]) -> None:
     """Remove the ``auto_register`` keys naming :data:`PLAIN_MODULE` from the sections ``msmon export`` puts them in."""
     for section in ("runner_wrapper", "train_dataset_task"):
         node = training.get(section)
@@ -82,7 +82,7 @@ def _drop_plain_support(training: dict[str, Any]) -> None:
             del node["auto_register"]
 
 
-def read_run_config(run_dir: Path) -> dict[str, Any] | None:
+def read_run_config(run_dir: Path) -> dict[str, ConfigValue] | None:
     """The config a run trained with: its ``mindformers.yaml`` (overrides applied, as the training read it), None
     when the run directory has none or it is unreadable."""
     try:
@@ -92,7 +92,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_run_mode(mode: Any) -> None:
+def check_run_mode(mode: ConfigValue) -> None:
     """MsmonError (exit 1) unless ``mode`` (a config's ``run_mode``; None: absent, it trains) trains; an
     interpolation is judged once resolved."""
     mode = DEFAULT_RUN_MODE if mode is None else mode
@@ -107,7 +107,7 @@ def check_run_mode(mode: Any) -> None:
                      f"use one of: {', '.join(TRAINING_RUN_MODES + OTHER_RUN_MODES)}")
 
 
-def render(training: Mapping[str, Any], note: str = "") -> str:
+def render(training: Mapping[str, ConfigValue], note: str = "") -> str:
     """The YAML text of ``mindformers.yaml`` (keys in their order; mindformers sorts them itself); ``note``: comment
     lines added to the header."""
     return HEADER + note + yaml.safe_dump(dict(training), sort_keys=False, allow_unicode=True,
@@ -120,7 +120,7 @@ def _indexed(path: str) -> str:
     return re.sub(r"\.(\d+)(?=\.|\[|$)", r"[\1]", path)
 
 
-def _prefer_parsed(parsed: Any, resolved: Any, path: str, overrides: set[str]) -> Any:
+def _prefer_parsed(parsed: ConfigValue, resolved: ConfigValue, path: str, overrides: set[str]) -> ConfigValue:
     """``resolved`` (OmegaConf's view) with every value that is neither an interpolation nor overridden taken from
     ``parsed`` (PyYAML's view, mindformers' own); ``overrides``: the overridden key paths, ``_indexed``."""
     if _indexed(path) in overrides or parsed is _MISSING:
@@ -140,7 +140,7 @@ def _prefer_parsed(parsed: Any, resolved: Any, path: str, overrides: set[str]) -
     return parsed
 
 
-def _absolute(base: Any, directory: Path) -> Any:
+def _absolute(base: ConfigValue, directory: Path) -> ConfigValue:
     if isinstance(base, list):
         return [_absolute(item, directory) for item in base]
     return str(directory / base) if isinstance(base, str) and not Path(base).is_absolute() else base

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+
+from msmon.foreign import ConfigValue
 
 PROFILE_KEY = "profile"
 ENV_OPTIONS = "MS_PROFILER_OPTIONS"
 
 
-def own_profiler(training: Mapping[str, Any] | None) -> str | None:
+def own_profiler(training: Mapping[str, ConfigValue] | None) -> str | None:
     """The setting that turns on mindformers' own profiler in ``training`` (as it reads it: any true value), or
     None."""
     if not training or not training.get(PROFILE_KEY):

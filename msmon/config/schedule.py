@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from msmon.config.health import LearningRateSettings
+from msmon.foreign import ConfigValue
 from msmon.util.numbers import as_number, positive_int
 
 #: mindformers schedules whose LR keeps moving after the warm-up (until lr_end / decay_steps).
@@ -18,11 +18,11 @@ MOVING_TYPES = frozenset(
 )
 
 
-def _config_number(value: Any) -> float | None:
+def _config_number(value: ConfigValue) -> float | None:
     return as_number(value, parse_strings=True)
 
 
-def _config_steps(value: Any) -> int | None:
+def _config_steps(value: ConfigValue) -> int | None:
     return positive_int(as_number(value, parse_strings=True))
 
 
@@ -56,7 +56,7 @@ class Schedule:
         return self.type in MOVING_TYPES
 
 
-def stated_schedules(config: Mapping[str, Any] | None) -> list[tuple[str, Mapping[str, Any]]]:
+def stated_schedules(config: Mapping[str, ConfigValue] | None) -> list[tuple[str, Mapping[str, ConfigValue]]]:
     """(dotted path, section) of every schedule mindformers builds, the optimizer's own first: with
     ``grouped_lr_schedule`` its ``default`` and each ``grouped`` entry (``lr_schedule`` is then unused), else
     ``lr_schedule``."""
@@ -74,7 +74,7 @@ def stated_schedules(config: Mapping[str, Any] | None) -> list[tuple[str, Mappin
     return [("lr_schedule", section if isinstance(section, Mapping) else {})]
 
 
-def schedule_from_config(config: Mapping[str, Any] | None, settings: LearningRateSettings) -> Schedule:
+def schedule_from_config(config: Mapping[str, ConfigValue] | None, settings: LearningRateSettings) -> Schedule:
     """The schedule of the optimizer's learning rate (the first of ``stated_schedules``), with the peak and
     warm-up ``settings`` (``monitor_config.health.learning_rate``) give."""
     path, section = stated_schedules(config)[0]
@@ -86,7 +86,7 @@ def schedule_from_config(config: Mapping[str, Any] | None, settings: LearningRat
     return schedule
 
 
-def read_schedule(config: Mapping[str, Any] | None, path: str, section: Mapping[str, Any]) -> Schedule:
+def read_schedule(config: Mapping[str, ConfigValue] | None, path: str, section: Mapping[str, ConfigValue]) -> Schedule:
     """One stated schedule (type, learning_rate, lr_end, warmup_steps/ratio, total/decay steps).
 
     With mindformers' ``lr_scale: True`` the applied peak is learning_rate x devices x batch / factor,

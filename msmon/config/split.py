@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.compat import LOCAL_NORM_OPTION
 from msmon.config.metrics import MF_WRAPPERS, canonical_metric
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS
+from msmon.foreign import ConfigValue
 
 
-def split_monitor_section(section: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_monitor_section(
+    section: Mapping[str, ConfigValue] | None,
+) -> tuple[dict[str, ConfigValue], dict[str, ConfigValue]]:
     """(msmon's keys, every other key) of one ``monitor_config`` mapping."""
-    ours: dict[str, Any] = {}
-    theirs: dict[str, Any] = {}
+    ours: dict[str, ConfigValue] = {}
+    theirs: dict[str, ConfigValue] = {}
     for key, value in (section or {}).items():
         (theirs if key in MINDFORMERS_MONITOR_KEYS else ours)[key] = value
     return ours, theirs
 
 
-def split_monitor_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_monitor_config(config: Mapping[str, ConfigValue]) -> tuple[dict[str, ConfigValue], dict[str, ConfigValue]]:
     """(a copy of ``config`` fit for mindformers, msmon's part of ``monitor_config``).
 
     The mindformers copy keeps only mindformers' monitor keys, and at least ``monitor_on: False``
@@ -42,7 +44,7 @@ def split_monitor_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dic
     return training, ours
 
 
-def records_layer_norms(ours: Mapping[str, Any]) -> bool:
+def records_layer_norms(ours: Mapping[str, ConfigValue]) -> bool:
     """Whether msmon's keys ask its callback to record ``layer_grad_norm`` (monitoring on, metric tracked)."""
     if ours.get("enable_monitor", True) is not True or ours.get("use_callback", True) is not True:
         return False

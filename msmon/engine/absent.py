@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
 
 from msmon.config.metrics import METRICS
+from msmon.foreign import ConfigValue
 
 logger = logging.getLogger("msmon")
 
@@ -27,7 +27,7 @@ DEFAULT_FIXES: dict[str, str] = {
 }
 
 
-def missing_fix(name: str, config: Mapping[str, Any] | None) -> str:
+def missing_fix(name: str, config: Mapping[str, ConfigValue] | None) -> str:
     """The config change that makes ``name`` appear."""
     spec = METRICS.get(name)
     if config is not None and spec is not None:
@@ -37,7 +37,7 @@ def missing_fix(name: str, config: Mapping[str, Any] | None) -> str:
     return DEFAULT_FIXES.get(name, "check the training setup")
 
 
-def warn_absent(tracked: Iterable[str], record: Collection[str], config: Mapping[str, Any] | None) -> None:
+def warn_absent(tracked: Iterable[str], record: Collection[str], config: Mapping[str, ConfigValue] | None) -> None:
     """One warning per tracked metric the first logged record (``record``: its keys) lacks (throughput: its
     samples/s companion)."""
     tracked = set(tracked)

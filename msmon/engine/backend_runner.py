@@ -14,13 +14,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from msmon.engine.backends.base import Backend, PartialWrite
 from msmon.engine.drop_queue import DropQueue
 from msmon.errors import describe
+from msmon.foreign import Passed
 from msmon.status import RunStatus
 from msmon.util import internal_errors
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
 
@@ -28,7 +29,7 @@ MAX_FAILURES = 3  # consecutive failures before a local backend is disabled
 MAX_BACKOFF_S = 30.0
 
 
-Item = tuple[str, Any]  # ("record", record) or ("alert", alert)
+Item = tuple[str, JsonObject]  # ("record", record) or ("alert", alert)
 
 
 def is_record(item: Item) -> bool:
@@ -68,7 +69,7 @@ class BackendStats:
         with self._lock:
             self.lost += records_in(items) + records
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """The published fields (run.json's ``backends``)."""
         return {"name": self.name, "status": self.status, "written": self.written, "dropped": self.dropped,
                 "lost": self.lost, "failures": self.failures, "reason": self.reason}
@@ -211,7 +212,7 @@ class BackendRunner:
             self.stats.lose([*run, *rest])
         return False
 
-    def _stored(self, records: list[dict[str, Any]]) -> None:
+    def _stored(self, records: list[JsonObject]) -> None:
         """Records the backend stored: counted, and followed by the run's facts where it keeps them."""
         if not records:
             return
@@ -224,7 +225,7 @@ class BackendRunner:
         """The backend's ``prepare`` on the thread that starts the session; a failure counts as the backend's."""
         self._call("prepare")
 
-    def _call(self, method: str, *args: Any) -> Exception | None:
+    def _call(self, method: str, *args: Passed) -> Exception | None:
         """Call the backend's ``method``, isolated; what it raised, or None."""
         try:
             getattr(self.backend, method)(*args)

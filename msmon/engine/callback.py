@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from msmon.anomaly import StopRequest
 from msmon.config.schema import MonitorSettings
@@ -50,7 +50,9 @@ from msmon.engine.train_facts import (
     seq_length_of,
     steps_before,
 )
+from msmon.foreign import Callback, CallbackParams, ConfigValue, Optimizer, RunContext, Tensor
 from msmon.util import internal_errors
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
 
@@ -101,12 +103,12 @@ class StepObserver:
         self,
         settings: MonitorSettings,
         progress: StepProgress,
-        put: Callable[[dict[str, Any]], None] | None,
+        put: Callable[[JsonObject], None] | None,
         stop: StopSource,
         *,
         rank: int = 0,
         world_size: int = 1,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, ConfigValue] | None = None,
         flight: FlightRecorder | None = None,
         reduced: bool = False,
         probes: ProbeRunner | None = None,
@@ -123,7 +125,7 @@ class StepObserver:
         self._world = max(1, world_size)
         self._config = config
         self._speed = Throughput(config, seq_length_of(config), self._world, settings.peak_tflops, settings.device_name)
-        self._optimizer: Any = None
+        self._optimizer: Optimizer = None
         self._clock = StepClock()
         self._checked = reduced  # the writing rank warns about absent metrics, once
         self._fix: Fix | None = None
@@ -137,7 +139,7 @@ class StepObserver:
         if self._flight is not None and self._held is not None:
             self._flight.pending = self._pending
 
-    def begin(self, cb_params: Any, own: Any = None) -> None:
+    def begin(self, cb_params: CallbackParams, own: Callback = None) -> None:
         """Train begin: the time base of the first step, the planned number of steps, mindformers' loss correction
         for parallel runs and where a train step ends (``cb_params.list_callback``: the training's callbacks,
         ``own``: msmon's among them)."""
@@ -150,7 +152,7 @@ class StepObserver:
         if "loss" in self.plan.metrics and self._put is not None and callbacks is not None:
             self._fix = resolve_fix(callbacks, self._config)
 
-    def step_begin(self, cb_params: Any) -> None:
+    def step_begin(self, cb_params: CallbackParams) -> None:
         """Step begin: which step runs and since when (read by the heartbeat thread)."""
         progress = self._progress
         progress.begun_monotonic = now = time.monotonic()
@@ -159,7 +161,7 @@ class StepObserver:
         if self._probes is not None and self._probes.busy:
             self._probes.step_begin(progress.begun_step)
 
-    def step_end(self, cb_params: Any) -> bool:
+    def step_end(self, cb_params: CallbackParams) -> bool:
         """Step end: count, log every ``log_interval`` steps; True when the run must stop."""
         now = time.monotonic()
         if self._offset is None:  # MindSpore counts from 1 again in a resumed run; its optimizer restored the step
@@ -201,7 +203,7 @@ class StepObserver:
         if self._probes is not None:
             self._probes.close()
 
-    def _plan_steps(self, cb_params: Any, offset: int) -> None:
+    def _plan_steps(self, cb_params: CallbackParams, offset: int) -> None:
         """At the first step end: the data's batches over every epoch (the epochs before this process's first one
         included: a resumed run) and the step the curve ends at, the batches it skips (a resume, a rollback's
         ``data_skip_steps``) not trained again."""
@@ -216,9 +218,9 @@ class StepObserver:
         if self._progress.total_steps is None:
             self._progress.total_steps = offset + data - skipped
 
-    def _log(self, cb_params: Any, step: int, now: float, step_seconds: float) -> None:
+    def _log(self, cb_params: CallbackParams, step: int, now: float, step_seconds: float) -> None:
         wanted = self.plan.metrics
-        record: dict[str, Any] = {"step": step, "time": time.time(), "rank": self._rank}
+        record: JsonObject = {"step": step, "time": time.time(), "rank": self._rank}
         parts = split_outputs(cb_params.get("net_outputs"))
         groups = self._layer_groups(cb_params, parts)
         values = self._fixed(step_values(parts, self.plan.reads, groups))
@@ -254,21 +256,21 @@ class StepObserver:
         self._progress.add_step_seconds(step_seconds)
         self._put(record)  # type: ignore[misc]
 
-    def _step_entry(self, step: int, end: float, seconds: float) -> dict[str, Any]:
+    def _step_entry(self, step: int, end: float, seconds: float) -> JsonObject:
         return {"step": step, "time": self._progress.wall(end), "step_time_ms": seconds * 1000.0}
 
-    def _read_held(self, held: Held, groups: GradGroups | None) -> dict[str, Any]:
+    def _read_held(self, held: Held, groups: GradGroups | None) -> JsonObject:
         """One held step's values (each one read, now, at the logging step)."""
         groups = groups if self._flight else None
         values = self._fixed(step_values(split_outputs(held.outputs), self.plan.held_reads, groups))
         return {**self._step_entry(held.step, held.end, held.seconds), **values}
 
-    def _pending(self) -> list[dict[str, Any]]:
+    def _pending(self) -> list[JsonObject]:
         """The flight recorder's view of the steps held unread (any thread; nothing is read)."""
         held = self._held.pending() if self._held is not None else []
         return [self._step_entry(h.step, h.end, h.seconds) for h in held]
 
-    def _layer_groups(self, cb_params: Any, parts: dict[str, Any]) -> GradGroups | None:
+    def _layer_groups(self, cb_params: CallbackParams, parts: Mapping[str, Tensor]) -> GradGroups | None:
         """The parameter groups of ``layer_grad_norm`` (looked up once, when the step returns squared sums)."""
         if not self.plan.layer_norms or parts.get("local_norm") is None:
             return None
@@ -280,7 +282,7 @@ class StepObserver:
             self._groups = groups or False
         return self._groups if isinstance(self._groups, GradGroups) else None
 
-    def _interval_stats(self, record: dict[str, Any], held: list[dict[str, Any]], first_log: bool) -> None:
+    def _interval_stats(self, record: JsonObject, held: list[JsonObject], first_log: bool) -> None:
         """``grad_norm_mean``/``grad_norm_max`` and ``loss_mean`` over the steps since the last log: the held steps
         plus this step's own value. ``grad_norm_mean`` skips non-finite values (overflow steps), ``loss_mean`` keeps
         them (a NaN loss between two logs is never averaged away). At the first log: step 1's grad norm."""
@@ -293,18 +295,18 @@ class StepObserver:
                     if first_log and held and held[0]["step"] == 1:  # the initialised model's (grad_norm_bound)
                         record["grad_norm_initial"] = held[0]["grad_norm"]
 
-    def _fixed(self, values: dict[str, Any]) -> dict[str, Any]:
+    def _fixed(self, values: JsonObject) -> JsonObject:
         """One step's values with its loss corrected as mindformers prints it."""
         if "loss" in values:
             values["loss"] = self._loss(values["loss"])
         return values
 
-    def _loss(self, value: Any) -> float:
+    def _loss(self, value: Tensor) -> float:
         """A loss as mindformers prints it (corrected for pipeline stages, interleaving, accumulation)."""
         number = to_float(value)
         return self._fix(number) if self._fix is not None else number
 
-    def _optimizer_lr(self, record: dict[str, Any]) -> None:
+    def _optimizer_lr(self, record: JsonObject) -> None:
         if self._optimizer is None or self._optimizer is False:  # set at the first step end; False: none/unreadable
             return
         try:
@@ -315,13 +317,13 @@ class StepObserver:
         if value is not None:
             record["learning_rate"] = value
 
-    def _cost(self, record: dict[str, Any], step: int) -> None:
+    def _cost(self, record: JsonObject, step: int) -> None:
         """This logging step's StepCost, for the heartbeat; its figures in the record when tracked."""
         cost = self._clock.cost(step, record["time"])
         self._progress.add_cost(cost)
         record.update(cost.record_fields(self.plan.metrics))
 
-    def _warn_absent(self, record: dict[str, Any]) -> None:
+    def _warn_absent(self, record: JsonObject) -> None:
         present = set(record)
         if self._groups is not None:  # recorded as grad_norm/<group>, or its absence already explained
             present.add("layer_grad_norm")
@@ -346,26 +348,26 @@ def callback_class() -> type:
                 super().__init__()
                 self.observer = observer
 
-            def on_train_begin(self, run_context: Any) -> None:
+            def on_train_begin(self, run_context: RunContext) -> None:
                 framework = sys.modules.get("mindformers")
                 if self.observer.plan.layer_norms and framework is not None:  # msmon reads the arrays it prints
                     quiet_local_norm_print(getattr(framework, "__version__", None))
                 self.observer.begin(run_context.original_args(), self)
 
-            def on_train_step_begin(self, run_context: Any) -> None:
+            def on_train_step_begin(self, run_context: RunContext) -> None:
                 self.observer.step_begin(run_context.original_args())
 
-            def on_train_step_end(self, run_context: Any) -> None:
+            def on_train_step_end(self, run_context: RunContext) -> None:
                 if self.observer.step_end(run_context.original_args()):
                     run_context.request_stop()
 
-            def on_train_end(self, run_context: Any) -> None:
+            def on_train_end(self, run_context: RunContext) -> None:
                 self.observer.end()
 
         _CALLBACK_CLASS = MsmonCallback
     return _CALLBACK_CLASS
 
 
-def make_callback(observer: StepObserver) -> Any:
+def make_callback(observer: StepObserver) -> Callback:
     """A MindSpore Callback driving ``observer``."""
     return callback_class()(observer)

@@ -20,12 +20,12 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.config.schema import FlightRecorderOptions
 from msmon.errors import describe
 from msmon.util.atomic import atomic_write_text
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
 
@@ -33,7 +33,7 @@ logger = logging.getLogger("msmon")
 VALUES: tuple[str, ...] = ("loss", "grad_norm", "loss_scale", "overflow")
 
 
-def _nothing_pending() -> list[dict[str, Any]]:
+def _nothing_pending() -> list[JsonObject]:
     return []
 
 
@@ -45,16 +45,16 @@ class FlightRecorder:
         self.steps = options.steps
         self.max_files = options.max_files
         self.files_written = 0
-        self._ring: deque[dict[str, Any]] = deque(maxlen=max(1, options.steps))
+        self._ring: deque[JsonObject] = deque(maxlen=max(1, options.steps))
         self._warned = False
         #: the steps held unread since the last log, without values (the callback sets it)
-        self.pending: Callable[[], list[dict[str, Any]]] = _nothing_pending
+        self.pending: Callable[[], list[JsonObject]] = _nothing_pending
 
-    def extend(self, entries: Iterable[dict[str, Any]]) -> None:
+    def extend(self, entries: Iterable[JsonObject]) -> None:
         """Training thread, at a logging step: the steps just read, in step order."""
         self._ring.extend(entries)
 
-    def window(self, step: int) -> list[dict[str, Any]]:
+    def window(self, step: int) -> list[JsonObject]:
         """The last ``steps`` recorded steps up to ``step`` (read values win over unread pending steps)."""
         by_step = {entry["step"]: entry for entry in self._ring.copy()}
         for entry in self.pending():

@@ -14,9 +14,9 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from msmon.config.metrics import GROUP_NORM_PREFIX
+from msmon.foreign import Cell, ConfigValue, Tensor
 
 logger = logging.getLogger("msmon")
 
@@ -75,7 +75,7 @@ class GradGroups:
             sums[position] += value
         return dict(zip(self.names, sums, strict=True))
 
-    def norms(self, squares: Any) -> dict[str, float]:
+    def norms(self, squares: Tensor) -> dict[str, float]:
         """``grad_norm/<group>`` -> sqrt(sum of the group's squared sums), summed in float64 on the host (NaN and
         Inf kept). ``squares``: the Tensor or array of ``net_outputs[5]`` (one read: a device sync on Ascend)."""
         values = squares.tolist() if hasattr(squares, "tolist") else list(squares)  # Tensor.tolist: 5 us, asnumpy 17
@@ -83,7 +83,7 @@ class GradGroups:
         return {GROUP_NORM_PREFIX + name: math.sqrt(total) for name, total in totals.items()}
 
 
-def trained_weights(network: Any) -> list[Any] | None:
+def trained_weights(network: Cell) -> list[Tensor] | None:
     """The parameters a train-step wrapper differentiates (its ``weights``, else its optimizer's ``parameters``)."""
     weights = getattr(network, "weights", None)
     if weights is None:
@@ -91,7 +91,7 @@ def trained_weights(network: Any) -> list[Any] | None:
     return list(weights) if weights is not None else None
 
 
-def groups_of_network(network: Any, sizes: Any) -> tuple[GradGroups | None, str]:
+def groups_of_network(network: Cell, sizes: ConfigValue) -> tuple[GradGroups | None, str]:
     """The groups of the parameters a train-step wrapper differentiates (``trained_weights``), checked against the
     element counts it returned with the squared sums (``net_outputs[6]``); (None, why) when they do not match: msmon
     never guesses which norm belongs to which parameter."""

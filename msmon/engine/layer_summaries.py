@@ -18,32 +18,33 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from msmon.config.metrics import UPDATE_RATIO_PREFIX, WEIGHT_NORM_PREFIX
 from msmon.engine.grad_groups import GradGroups, trained_weights
+from msmon.foreign import Cell, Tensor
 
 logger = logging.getLogger("msmon")
 
 
 class WeightReader(Protocol):
-    def copy(self, weights: Sequence[Any]) -> Any:
+    def copy(self, weights: Sequence[Tensor]) -> Tensor:
         """A copy of the weights as they are now (nothing read on a device)."""
 
-    def square_sums(self, weights: Sequence[Any], copy: Any) -> tuple[list[float], list[float]]:
+    def square_sums(self, weights: Sequence[Tensor], copy: Tensor) -> tuple[list[float], list[float]]:
         """(each weight's squared sum, each weight's squared change since ``copy``)."""
 
 
 class HostReader:
     """Weights in host memory: numpy copies and float64 sums."""
 
-    def copy(self, weights: Sequence[Any]) -> list[Any]:
+    def copy(self, weights: Sequence[Tensor]) -> list[Tensor]:
         return [w.asnumpy().copy() for w in weights]  # on CPU asnumpy shares the parameter's memory: copy it
 
-    def square_sums(self, weights: Sequence[Any], copy: Any) -> tuple[list[float], list[float]]:
+    def square_sums(self, weights: Sequence[Tensor], copy: Tensor) -> tuple[list[float], list[float]]:
         import numpy as np
 
-        def square_sum(array: Any) -> float:  # einsum sums in float64 without BLAS threads (np.dot: 4x the time)
+        def square_sum(array: Tensor) -> float:  # einsum sums in float64 without BLAS threads (np.dot: 4x the time)
             flat = array.reshape(-1)
             return float(np.einsum("i,i->", flat, flat, dtype=np.float64))
 
@@ -57,21 +58,21 @@ class DeviceReader:
     """Weights in device memory: device copies, and one compiled graph for the sums (built at the first use)."""
 
     def __init__(self) -> None:
-        self._graph: Any = None
+        self._graph: Cell = None
 
-    def copy(self, weights: Sequence[Any]) -> list[Any]:
+    def copy(self, weights: Sequence[Tensor]) -> list[Tensor]:
         from mindspore import ops
 
         return [ops.deepcopy(w) for w in weights]
 
-    def square_sums(self, weights: Sequence[Any], copy: Any) -> tuple[list[float], list[float]]:
+    def square_sums(self, weights: Sequence[Tensor], copy: Tensor) -> tuple[list[float], list[float]]:
         if self._graph is None:
             self._graph = _sums_graph(weights)
         squares, changes = self._graph(*copy)
         return squares.tolist(), changes.tolist()
 
 
-def _sums_graph(weights: Sequence[Any]) -> Any:
+def _sums_graph(weights: Sequence[Tensor]) -> Cell:
     """A Cell over ``weights`` whose call with their copies returns (squared sums, squared changes), float32."""
     import mindspore as ms
     from mindspore import nn, ops
@@ -82,7 +83,7 @@ def _sums_graph(weights: Sequence[Any]) -> Any:
             self.weights = ms.ParameterTuple(weights)
 
         @ms.jit  # compiled once in PyNative mode too (graph mode compiles a Cell anyway)
-        def construct(self, *copies: Any) -> Any:
+        def construct(self, *copies: Tensor) -> Tensor:
             squares = [ops.sum(ops.square(ops.cast(w, ms.float32))) for w in self.weights]
             changes = [ops.sum(ops.square(ops.cast(w, ms.float32) - ops.cast(c, ms.float32)))
                        for w, c in zip(self.weights, copies)]  # noqa: B905 - graph syntax: no strict=
@@ -101,11 +102,11 @@ def reader_for_device() -> WeightReader:
 class LayerSummaries:
     """Each group's weight norm and update ratio at logging steps, from a copy taken the step before."""
 
-    def __init__(self, weights: Sequence[Any], groups: GradGroups, reader: WeightReader) -> None:
+    def __init__(self, weights: Sequence[Tensor], groups: GradGroups, reader: WeightReader) -> None:
         self._weights = list(weights)
         self._groups = groups
         self._reader = reader
-        self._copy: Any = None
+        self._copy: Tensor = None
 
     def snapshot(self) -> None:
         """The end of the step before a logging step: copy the weights (replacing an older copy)."""
@@ -128,7 +129,7 @@ class LayerSummaries:
         return values
 
 
-def summaries_of_network(network: Any) -> LayerSummaries | None:
+def summaries_of_network(network: Cell) -> LayerSummaries | None:
     """The layer summaries of a training's network, or None (one warning) when it exposes no trained weights."""
     weights = trained_weights(network)
     if not weights:

@@ -24,7 +24,6 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.config.metrics import nonfinite_values
@@ -32,6 +31,7 @@ from msmon.engine.record import StepProgress
 from msmon.errors import describe
 from msmon.listener import Listener
 from msmon.util.atomic import rewrite_json
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.memory import host_memory
 
 logger = logging.getLogger("msmon")
@@ -59,8 +59,8 @@ class RankHeartbeat(Listener):
         self._log_interval = log_interval
         self._interval = interval_s
         self._host = host or socket.gethostname()
-        self._logged: dict[str, Any] | None = None
-        self._nonfinite: dict[str, Any] | None = None
+        self._logged: JsonObject | None = None
+        self._nonfinite: JsonObject | None = None
         self._diverged = False  # the last logged record was non-finite
         self._state = "starting"
         self._warned = False
@@ -85,7 +85,7 @@ class RankHeartbeat(Listener):
         self.write()
 
     # -- session listener (writer thread) ---------------------------------------------------------
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         values = {key: record[key] for key in VALUE_KEYS if key in record}
         self._logged = values
         bad = bool(nonfinite_values(values))
@@ -101,7 +101,7 @@ class RankHeartbeat(Listener):
         while not self._stop.wait(self._interval):
             self.write()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         p = self._progress
         state = self._state if self._state != "starting" or not p.begun_step else "training"
         costs, _ = p.costs_since(max(0, p.cost_count - RECENT_COSTS))

@@ -9,11 +9,12 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from msmon.config.metrics import canonical_metric
+from msmon.foreign import Tensor
 from msmon.listener import Listener
 from msmon.step_cost import StepCost
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 logger = logging.getLogger("msmon")
@@ -50,7 +51,7 @@ def record_columns(metrics: Iterable[str]) -> list[str]:
     return columns
 
 
-def to_float(value: Any) -> float:
+def to_float(value: Tensor) -> float:
     """A Python float from a Tensor, numpy value or number (arrays: their mean; NaN/Inf kept)."""
     if hasattr(value, "asnumpy"):
         if getattr(value, "size", 0) == 1:
@@ -63,7 +64,7 @@ def to_float(value: Any) -> float:
     return float(value)
 
 
-def to_max(value: Any) -> float:
+def to_max(value: Tensor) -> float:
     """The largest element of a Tensor or array as a float (NaN when any element is NaN)."""
     array = value.asnumpy() if hasattr(value, "asnumpy") else value
     if getattr(array, "size", 1) == 0:
@@ -90,7 +91,7 @@ _SHOWN = (
 )
 
 
-def console_line(record: dict[str, Any]) -> str:
+def console_line(record: JsonObject) -> str:
     """The one verbose console line of a logged step."""
     parts = [f"step {record.get('step')}"]
     parts.extend(f"{label} {fmt_number(record[key], 5)}" for key, label in _SHOWN if key in record)
@@ -100,7 +101,7 @@ def console_line(record: dict[str, Any]) -> str:
 class ConsoleLines(Listener):
     """``monitor_config.verbose``: msmon's log gets the console line of each logged step."""
 
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         logger.info(console_line(record))
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from msmon.compat import ROUTING_SHARES
 from msmon.config.metrics import MOE_PREFIX
 from msmon.engine.wrap import entry_for, wrap_once
+from msmon.foreign import Callback, CallbackParams, Cell, Passed, Tensor
 
-_window: dict[int, Any] = {}  # layer index -> summed shares since the last take (a device tensor)
+_window: dict[int, Tensor] = {}  # layer index -> summed shares since the last take (a device tensor)
 _top_k: list[int] = []
 _enabled: list[bool] = [False]
 _on_host: list[bool] = [False]
@@ -49,8 +49,8 @@ def install(version: str) -> bool:
         return False
     from mindformers.wrapper.wrapper import get_real_models
 
-    def tap(original: Callable[..., Any]) -> Callable[..., Any]:
-        def reset_shares(monitor: Any, cb_params: Any) -> Any:
+    def tap(original: Callable[..., Passed]) -> Callable[..., Passed]:
+        def reset_shares(monitor: Callback, cb_params: CallbackParams) -> Passed:
             if not _enabled[0]:
                 return original(monitor, cb_params)
             network = get_real_models(cb_params.train_network)
@@ -65,7 +65,7 @@ def install(version: str) -> bool:
     return True
 
 
-def add_shares(model: Any, top_k: int) -> None:
+def add_shares(model: Cell, top_k: int) -> None:
     """Add each MoE layer's ``fi_accu`` into the window on the device: one queued add per layer, before mindformers'
     own queued zeroing of it, and no read (on Ascend a read is a host-device sync); ``take`` reads the sums. On a CPU
     (``enable``'s ``on_host``) the shares are copied to host memory and summed there instead (``asnumpy`` shares the

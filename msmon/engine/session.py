@@ -9,13 +9,13 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon.anomaly import StopRequest
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backend_runner import BackendRunner
 from msmon.engine.backend_thread import backend_threads
 from msmon.engine.backends import backend_class
+from msmon.engine.backends.base import Backend
 from msmon.engine.callback import StepObserver, make_callback
 from msmon.engine.diskguard import DiskGuard
 from msmon.engine.flight import FlightRecorder
@@ -24,8 +24,10 @@ from msmon.engine.rank_heartbeat import RankHeartbeat
 from msmon.engine.record import ConsoleLines, StepProgress, canonical_metrics
 from msmon.engine.writer import Writer
 from msmon.errors import describe
+from msmon.foreign import Callback, ConfigValue
 from msmon.listener import Listener, SessionStatus
 from msmon.status import Attempt, RunStatus
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
 
@@ -37,9 +39,9 @@ class SessionSummary:
     dropped_records: int = 0
     records_written: int = 0
     last_step: int = 0
-    last_record: dict[str, Any] | None = None
+    last_record: JsonObject | None = None
     records_lost: int | None = None  # records metrics.jsonl (the file backend) did not keep; None without it
-    backends: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backends: dict[str, JsonObject] = field(default_factory=dict)
     backends_failed_to_close: list[str] = field(default_factory=list)
     disk_guard: str | None = None
 
@@ -52,7 +54,7 @@ class MonitorSession:
         settings: MonitorSettings,
         run_dir: str | Path,
         *,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, ConfigValue] | None = None,
         rank: int = 0,
         world_size: int = 1,
         writer_rank: int = 0,
@@ -75,7 +77,7 @@ class MonitorSession:
         self.rank_heartbeat = RankHeartbeat(Path(run_dir), self.progress, rank, log_interval=settings.log_interval,
                                            directory=heartbeat_dir)
         self.disk_guard = DiskGuard(self.run_dir, settings.disk, on_trip=self._stop_heavy_outputs)
-        self._callback: Any = None
+        self._callback: Callback = None
         self._observer: StepObserver | None = None
         # every rank takes probe requests (msmon probe) from the run directory itself (docs/probe.md)
         self.probes = ProbeRunner(Path(run_dir), rank, config, settings.log_interval) if settings.enable_monitor \
@@ -94,7 +96,7 @@ class MonitorSession:
         for runner in self.writer.runners:
             runner.on_failure = self._on_backend_failure
 
-    def _make_backends(self) -> list[Any]:
+    def _make_backends(self) -> list[Backend]:
         backends = []
         for name in dict.fromkeys(self.settings.monitor_type):
             try:
@@ -125,7 +127,7 @@ class MonitorSession:
             atexit.register(self._close_at_exit)
         return self
 
-    def callback(self) -> Any:
+    def callback(self) -> Callback:
         """The MindSpore Callback for this session (the same object on every call)."""
         if self._callback is None:
             self._observer = observer = StepObserver(
@@ -146,7 +148,7 @@ class MonitorSession:
         """A consumer of the record stream, called on the writer thread (msmon.listener)."""
         self.writer.add_listener(listener)
 
-    def emit_alert(self, alert: dict[str, Any]) -> None:
+    def emit_alert(self, alert: JsonObject) -> None:
         """Show an alert in the backends that can show text and hand it to the listeners."""
         self.writer.emit_alert(alert)
 

@@ -27,16 +27,22 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from msmon.compat import use_legacy
 from msmon.compat.devices import peak_tflops
 from msmon.config.hyperparameters import hyperparameters
 from msmon.engine.train_facts import batch_shape
 from msmon.errors import describe
+from msmon.foreign import Callback, CallbackParams, ConfigValue, Passed, RunContext
 from msmon.step_cost import StepCost
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.memory import MIB
 from msmon.util.numbers import positive_int
+
+if TYPE_CHECKING:
+    import psutil
 
 logger = logging.getLogger("msmon")
 
@@ -99,7 +105,7 @@ class StepClock:
         return StepCost(step, when, steps, inside, outside, *self._memory.read())
 
 
-def watch_step_end(callbacks: Sequence[Any] | None, clock: StepClock, own: Any) -> bool:
+def watch_step_end(callbacks: Sequence[Callback] | None, clock: StepClock, own: Callback) -> bool:
     """Mark the end of each train step at the end of the first step-end callback of the training (MindSpore's own
     first: its framework profiler's, or in PyNative mode the device sync), so that the step-end work of the
     callbacks after it (mindformers' print, a checkpoint save) counts outside the step, as their step-begin work
@@ -110,7 +116,7 @@ def watch_step_end(callbacks: Sequence[Any] | None, clock: StepClock, own: Any) 
         return False
     original = first.on_train_step_end
 
-    def on_train_step_end(run_context: Any) -> Any:
+    def on_train_step_end(run_context: RunContext) -> Passed:
         result = original(run_context)
         clock.step_done(time.monotonic())
         return result
@@ -130,7 +136,7 @@ def _device_readers() -> tuple[Callable[[], int], Callable[[], int]] | None:
     if mindspore is None or str(mindspore.get_context("device_target")).upper() == "CPU":
         return None
     for module_name in ("runtime", "hal"):  # mindspore.runtime from 2.5, mindspore.hal before
-        module: Any = getattr(mindspore, module_name, None)
+        module: ModuleType | None = getattr(mindspore, module_name, None)
         allocated, peak = getattr(module, "memory_allocated", None), getattr(module, "max_memory_allocated", None)
         if callable(allocated) and callable(peak):
             return allocated, peak
@@ -141,7 +147,7 @@ class MemoryReads:
     """``read()`` -> (host, device, device peak) MiB; what cannot be read is None (decided at the first read)."""
 
     def __init__(self) -> None:
-        self._process: Any = None
+        self._process: psutil.Process | None = None
         self._device: tuple[Callable[[], int], Callable[[], int]] | None = None
         self._device_looked_up = False
 
@@ -182,7 +188,8 @@ class ModelFlops:
     source: str
 
 
-def from_loss_monitor(callbacks: Any, config: Mapping[str, Any] | None, devices: int) -> ModelFlops | None:
+def from_loss_monitor(callbacks: Sequence[Callback] | None, config: Mapping[str, ConfigValue] | None,
+                      devices: int) -> ModelFlops | None:
     """The figure the run's ``MFLossMonitor`` (or a subclass in its place) prints from, per device, once it has counted
     it."""
     monitor = next((cb for cb in callbacks or () if any(kind.__name__ == MONITOR for kind in type(cb).__mro__)), None)
@@ -194,11 +201,11 @@ def from_loss_monitor(callbacks: Any, config: Mapping[str, Any] | None, devices:
     return ModelFlops(float(full) / max(1, int(getattr(monitor, "device_num", devices) or devices)), "mindformers")
 
 
-def _int(model: Mapping[str, Any], *keys: str) -> int | None:
+def _int(model: Mapping[str, ConfigValue], *keys: str) -> int | None:
     return next((value for key in keys if (value := positive_int(model.get(key))) is not None), None)
 
 
-def llama_ffn(hidden: int, model: Mapping[str, Any]) -> int:
+def llama_ffn(hidden: int, model: Mapping[str, ConfigValue]) -> int:
     """The legacy LLaMA MLP width when the config gives none: 2/3 of 4 x hidden, scaled, rounded up to
     ``multiple_of`` (mindformers' LlamaFeedForward)."""
     width = int(2 * 4 * hidden / 3)
@@ -209,7 +216,7 @@ def llama_ffn(hidden: int, model: Mapping[str, Any]) -> int:
     return multiple * ((width + multiple - 1) // multiple)
 
 
-def transformer_flops(model: Mapping[str, Any], samples: int, seq: int) -> float | None:
+def transformer_flops(model: Mapping[str, ConfigValue], samples: int, seq: int) -> float | None:
     """Training FLOPs of one step over ``samples`` sequences of ``seq`` tokens (forward x 3), or None when the config
     lacks a size it needs."""
     layers = _int(model, "num_layers", "num_hidden_layers")
@@ -233,7 +240,7 @@ def transformer_flops(model: Mapping[str, Any], samples: int, seq: int) -> float
     return 3.0 * (layers * attention + mlp + logits)
 
 
-def moe_active_width(model: Mapping[str, Any], routed: int, ffn: int) -> int:
+def moe_active_width(model: Mapping[str, ConfigValue], routed: int, ffn: int) -> int:
     """The MLP width one token passes through in an MoE layer: its ``routed`` (top-k) experts and the shared experts
     (``moe_shared_expert_intermediate_size``, else ``n_shared_experts`` x the expert width), as mindformers counts."""
     expert_ffn = _int(model, "moe_ffn_hidden_size", "moe_intermediate_size") or ffn
@@ -243,7 +250,7 @@ def moe_active_width(model: Mapping[str, Any], routed: int, ffn: int) -> int:
     return routed * expert_ffn + shared
 
 
-def moe_layers(model: Mapping[str, Any], layers: int) -> int:
+def moe_layers(model: Mapping[str, ConfigValue], layers: int) -> int:
     """How many of the ``layers`` are MoE layers: all but the first ``first_k_dense_replace``, else those
     ``moe_layer_freq`` marks (every f-th from layer 0, or a 0/1 list), else all (mindformers' TransformerConfig)."""
     dense_first = _int(model, "first_k_dense_replace")
@@ -256,7 +263,8 @@ def moe_layers(model: Mapping[str, Any], layers: int) -> int:
     return len(range(0, layers, every)) if every else layers
 
 
-def model_flops(callbacks: Any, config: Mapping[str, Any] | None, samples: int, seq: int | None,
+def model_flops(callbacks: Sequence[Callback] | None, config: Mapping[str, ConfigValue] | None, samples: int,
+                seq: int | None,
                 devices: int) -> ModelFlops | None:
     """One device's FLOPs per step: mindformers' count, else the formula for this device's ``samples`` x ``seq``."""
     counted = from_loss_monitor(callbacks, config, devices)
@@ -281,7 +289,7 @@ def device_name() -> str | None:
 class Throughput:
     """``add(record, cb_params, step_seconds, inside_seconds)`` at every logging step."""
 
-    def __init__(self, config: Mapping[str, Any] | None, seq_length: int | None, world: int,
+    def __init__(self, config: Mapping[str, ConfigValue] | None, seq_length: int | None, world: int,
                  peak: float | None = None, device: str | None = None) -> None:
         self._config = config
         self._seq_length = seq_length
@@ -292,7 +300,7 @@ class Throughput:
         self._flops: ModelFlops | None = None
         self._looked_up = False  # the FLOPs and the device's peak, at the first logging step
 
-    def add(self, record: dict[str, Any], cb_params: Any, step_seconds: float, inside_seconds: float) -> None:
+    def add(self, record: JsonObject, cb_params: CallbackParams, step_seconds: float, inside_seconds: float) -> None:
         """Tokens and samples per second over ``step_seconds`` (the logging step, end to end); TFLOPS over
         ``inside_seconds`` (the train step itself, ``StepClock.last_inside_s``: the interval mindformers times the
         figure it prints over)."""
@@ -313,7 +321,7 @@ class Throughput:
             if self._peak:
                 record["mfu"] = tflops / self._peak
 
-    def _model_flops(self, cb_params: Any, samples: int, tokens: int | None) -> ModelFlops | None:
+    def _model_flops(self, cb_params: CallbackParams, samples: int, tokens: int | None) -> ModelFlops | None:
         if not self._looked_up:
             self._looked_up = True
             seq = tokens // samples if tokens else None

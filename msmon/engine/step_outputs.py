@@ -32,19 +32,21 @@ import importlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import SimpleNamespace
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from msmon.compat import LOSS_FIX, LOSS_OUTPUT_READER, LOSS_PART_KEYS, LOSS_PARTS, TRAIN_STEP_OUTPUTS, LossFix
 from msmon.engine.grad_groups import GradGroups
 from msmon.engine.record import to_float
 from msmon.engine.wrap import entry_for, wrap_once
 from msmon.errors import describe
+from msmon.foreign import Callback, ConfigValue, Passed, Tensor
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.mapping import dotted_get
 
 logger = logging.getLogger("msmon")
 
 
-def split_outputs(outputs: Any) -> dict[str, Any]:
+def split_outputs(outputs: Passed) -> dict[str, Tensor]:
     """Name the parts of ``cb_params.net_outputs`` (mindformers' tuples, ``TRAIN_STEP_OUTPUTS``, or a bare loss)."""
     if not isinstance(outputs, tuple | list):
         return {"loss": outputs} if outputs is not None else {}
@@ -62,13 +64,13 @@ class Held(NamedTuple):
     step: int
     end: float  # time.monotonic() at its end
     seconds: float  # its duration (the mean over the steps of one call when sinking)
-    outputs: Any  # its net_outputs, unread
+    outputs: Passed  # its net_outputs, unread
 
 
-def step_values(parts: dict[str, Any], names: Collection[str], groups: GradGroups | None) -> dict[str, Any]:
+def step_values(parts: Mapping[str, Tensor], names: Collection[str], groups: GradGroups | None) -> JsonObject:
     """The values of one step's named outputs (``names`` of ``SCALARS``; the ``grad_norm/<group>`` norms when
     ``groups`` is given and the step returned its squared sums). Each is one read."""
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     for name in SCALARS:
         value = parts.get(name)
         if name in names and value is not None:
@@ -103,7 +105,7 @@ class HeldSteps:
 Fix = Callable[[float], float]
 
 
-def _config_state(spec: LossFix, config: Mapping[str, Any] | None) -> SimpleNamespace:
+def _config_state(spec: LossFix, config: Mapping[str, ConfigValue] | None) -> SimpleNamespace:
     """The monitor attributes the method reads, as the Trainer would set them from ``config``."""
     import mindspore as ms
 
@@ -118,7 +120,7 @@ def _config_state(spec: LossFix, config: Mapping[str, Any] | None) -> SimpleName
     return SimpleNamespace(print_warning_flag=False, **values)
 
 
-def resolve_fix(callbacks: Iterable[Any], config: Mapping[str, Any] | None) -> Fix | None:
+def resolve_fix(callbacks: Iterable[Callback], config: Mapping[str, ConfigValue] | None) -> Fix | None:
     """mindformers' loss correction for this run (``callbacks``: the training's callback objects), or None when it
     changes nothing (no pipeline stages, interleaving or accumulation) or this mindformers version is unknown
     (then a warning)."""
@@ -157,8 +159,8 @@ def install_loss_parts(version: str) -> bool:
         return False
     from mindformers.utils.parameter_register import parameter_register
 
-    def tap(original: Callable[[], Any]) -> Callable[[], tuple[Any, ...]]:
-        def read_separate_loss() -> tuple[Any, ...]:
+    def tap(original: Callable[[], Passed]) -> Callable[[], tuple[Tensor, ...]]:
+        def read_separate_loss() -> tuple[Tensor, ...]:
             values = tuple(parameter_register.get(name).asnumpy().copy() for name in spec.names)
             original()  # mindformers' own read-and-zero
             publish_loss_parts(dict(zip(spec.names, values, strict=True)))
@@ -170,7 +172,7 @@ def install_loss_parts(version: str) -> bool:
     return True
 
 
-def publish_loss_parts(values: dict[str, Any]) -> None:
+def publish_loss_parts(values: Mapping[str, Tensor]) -> None:
     """Keep one step's parts under msmon's record keys: the lm loss always, the others when not 0 (a
     dense model's MTP or auxiliary loss is an exact 0, not a series; NaN is kept)."""
     _loss_parts.clear()
@@ -198,8 +200,8 @@ def quiet_local_norm_print(version: str | None) -> bool:
     if patch is None:
         return False
 
-    def quiet(original: Callable[..., Any]) -> Callable[..., Any]:
-        def read_outputs(output: Any) -> Any:
+    def quiet(original: Callable[..., Passed]) -> Callable[..., Passed]:
+        def read_outputs(output: Passed) -> Passed:
             if isinstance(output, tuple | list) and len(output) == FULL_OUTPUTS:
                 output = output[:READ_OUTPUTS]
             return original(output)

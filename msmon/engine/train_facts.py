@@ -4,20 +4,20 @@ a resumed run trained before, the model's sequence length and the batch shape (s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.engine.record import to_float
+from msmon.foreign import CallbackParams, ConfigValue, Optimizer
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
 
-def find_optimizer(cb_params: Any) -> Any:
+def find_optimizer(cb_params: CallbackParams) -> Optimizer:
     """The optimizer (mindformers' wrapper holds it; ``cb_params.optimizer`` is None), else False."""
     network = cb_params.get("train_network") or cb_params.get("network")
     return cb_params.get("optimizer") or getattr(network, "optimizer", None) or False
 
 
-def steps_before(optimizer: Any, cur_step_num: int) -> int:
+def steps_before(optimizer: Optimizer, cur_step_num: int) -> int:
     """Steps trained before this process, read at its first step end: mindformers restores the optimizer's
     ``global_step`` when it resumes, MindSpore counts ``cur_step_num`` from 0 again. 0 when unreadable."""
     global_step = getattr(optimizer or None, "global_step", None)
@@ -27,7 +27,7 @@ def steps_before(optimizer: Any, cur_step_num: int) -> int:
         return 0
 
 
-def optimizer_learning_rate(optimizer: Any) -> float | None:
+def optimizer_learning_rate(optimizer: Optimizer) -> float | None:
     """The learning rate the optimizer applied at its last step, or None when it cannot be read."""
     lr = getattr(optimizer, "learning_rate", None)
     if lr is None:
@@ -39,12 +39,12 @@ def optimizer_learning_rate(optimizer: Any) -> float | None:
     return to_float(lr)
 
 
-def seq_length_of(config: Mapping[str, Any] | None) -> int | None:
+def seq_length_of(config: Mapping[str, ConfigValue] | None) -> int | None:
     """``model.model_config.seq_length`` of a mindformers config, when present."""
     return positive_int(dotted_get(config, "model.model_config.seq_length"))
 
 
-def batch_shape(cb_params: Any, seq_length: int | None) -> tuple[int, int | None] | None:
+def batch_shape(cb_params: CallbackParams, seq_length: int | None) -> tuple[int, int | None] | None:
     """(samples, tokens) of one device's batch, from the first input's shape."""
     element = cb_params.get("train_dataset_element")
     first = element[0] if isinstance(element, list | tuple) and element else element

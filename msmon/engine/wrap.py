@@ -6,15 +6,19 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import ModuleType
+from typing import TypeVar
 
 from msmon.compat import known
 from msmon.errors import MsmonError
+from msmon.foreign import Passed
+
+T = TypeVar("T")
 
 logger = logging.getLogger("msmon")
 
 
-def entry_for(table: Mapping[str, Any], version: str | None, what: str, without: str) -> Any | None:
+def entry_for(table: Mapping[str, T], version: str | None, what: str, without: str) -> T | None:
     """``table``'s entry for this mindformers ``version``, or None after one warning: ``what`` is unknown there and
     ``without`` says what happens instead."""
     try:
@@ -24,10 +28,10 @@ def entry_for(table: Mapping[str, Any], version: str | None, what: str, without:
         return None
 
 
-def wrap_once(module_name: str, attribute: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+def wrap_once(module_name: str, attribute: str, wrap: Callable[[Callable[..., Passed]], Callable[..., Passed]]) -> None:
     """Replace ``module_name.attribute`` (a function, or a class's method: ``Model.train``) by ``wrap(original)``; a
     second call leaves the wrapper as it is."""
-    owner: Any = importlib.import_module(module_name)
+    owner: ModuleType | Passed = importlib.import_module(module_name)
     *path, name = attribute.split(".")
     for part in path:
         owner = getattr(owner, part)

@@ -15,13 +15,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from msmon.engine.backend_thread import BackendThread
 from msmon.engine.drop_queue import DropQueue
+from msmon.foreign import Passed
 from msmon.listener import Listener, SessionStatus
 from msmon.status import RunStatus
 from msmon.util import internal_errors
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
 
@@ -45,11 +46,11 @@ class Writer:
         self.backend_threads = list(backend_threads)
         self.runners = [runner for thread in self.backend_threads for runner in thread.runners]
         self.listeners: list[Listener] = list(listeners)
-        self.queue: DropQueue[dict[str, Any]] = DropQueue(queue_size)
+        self.queue: DropQueue[JsonObject] = DropQueue(queue_size)
         self.records_seen = 0
-        self.last_record: dict[str, Any] | None = None
+        self.last_record: JsonObject | None = None
         self._status = status
-        self._alerts: deque[dict[str, Any]] = deque()
+        self._alerts: deque[JsonObject] = deque()
         self._listener_failures: dict[int, int] = {}
         self._closing = False
         self._closed = threading.Event()  # ends a batching pause at once
@@ -60,14 +61,14 @@ class Writer:
             thread.start()
         self._thread.start()
 
-    def put(self, record: dict[str, Any]) -> None:
+    def put(self, record: JsonObject) -> None:
         """Training thread: hand over one record (never blocks)."""
         self.queue.put(record)
 
     def add_listener(self, listener: Listener) -> None:
         self.listeners.append(listener)
 
-    def emit_alert(self, alert: dict[str, Any]) -> None:
+    def emit_alert(self, alert: JsonObject) -> None:
         """Any thread: the backends show the alert; listeners get ``on_alert`` on the writer thread."""
         for runner in self.runners:
             runner.put(("alert", alert))
@@ -132,13 +133,13 @@ class Writer:
             if closing:
                 return
 
-    def _dispatch(self, record: dict[str, Any]) -> None:
+    def _dispatch(self, record: JsonObject) -> None:
         self.records_seen += 1
         self.last_record = record
         for listener in self.listeners:
             self._listener_call(listener, "on_record", record)
 
-    def _listener_call(self, listener: Listener, method: str, *args: Any) -> None:
+    def _listener_call(self, listener: Listener, method: str, *args: Passed) -> None:
         key = id(listener)
         failures = self._listener_failures.get(key, 0)
         if failures >= LISTENER_MAX_FAILURES:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from msmon import layout
 from msmon.compat.parallel import global_batch_size
+from msmon.config.schema import MonitorSettings
+from msmon.foreign import ConfigValue
 from msmon.health.monitor import HealthMonitor, Sink
 from msmon.health.probe_trigger import DistributionsOnAlert
 from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
@@ -19,6 +21,7 @@ from msmon.health.profile_action import ProfileAction, profile_action_on
 from msmon.health.sinks import AlertFile, BackendSink, CommandSink, ConsoleSink, WebhookSink
 from msmon.listener import Listener
 from msmon.reference.band import reference_band
+from msmon.util.jsonfiles import JsonObject
 
 __all__ = ["HealthHandle", "HealthMonitor", "attach"]
 
@@ -42,14 +45,30 @@ class HealthHandle:
             self.monitor.close()
 
 
+class StepsKnown(Protocol):
+    """How far the data lets the run go (the session's step progress)."""
+
+    total_steps: int | None
+
+
+class FollowedSession(Protocol):
+    """What health needs of the session it follows (msmon.engine.session.MonitorSession: health does not import the
+    engine); ``attach`` reads its optional parts (flight recorder, world size, attempt, stop request) when present."""
+
+    @property
+    def progress(self) -> StepsKnown: ...
+
+    def add_listener(self, listener: Listener) -> None: ...
+
+
 class _Listener(Listener):
     """The session listener: hands records to the monitor (writer thread) and closes the handle."""
 
-    def __init__(self, handle: HealthHandle, progress: Any) -> None:
+    def __init__(self, handle: HealthHandle, progress: StepsKnown) -> None:
         self.handle = handle
         self.progress = progress
 
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         monitor = self.handle.monitor
         if monitor is not None:
             monitor.set_total_steps(getattr(self.progress, "total_steps", None))
@@ -59,12 +78,12 @@ class _Listener(Listener):
         self.handle.close()
 
 
-def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
+def make_sinks(settings: MonitorSettings, run_dir: Path, session: FollowedSession | None) -> list[Sink]:
     """alerts.jsonl, the console, the backends, the histograms after an alert, and the optional webhook, command hook
     and chat robots."""
     alerts = settings.health.alerts
     sinks: list[Sink] = [AlertFile(Path(run_dir) / layout.ALERTS), ConsoleSink()]
-    if hasattr(session, "emit_alert"):
+    if session is not None and hasattr(session, "emit_alert"):
         sinks.append(BackendSink(session.emit_alert))
     if alerts.webhook_url:
         sinks.append(WebhookSink(alerts.webhook_url, alerts.webhook_timeout_s, alerts.queue_size))
@@ -81,7 +100,8 @@ def make_sinks(settings: Any, run_dir: Path, session: Any) -> list[Sink]:
     return sinks
 
 
-def attach(session: Any, settings: Any, run_dir: str | Path, config: Mapping[str, Any] | None = None, *,
+def attach(session: FollowedSession, settings: MonitorSettings, run_dir: str | Path,
+           config: Mapping[str, ConfigValue] | None = None, *,
            stall: bool = True) -> HealthHandle:
     """Add the health listener to ``session`` (``settings``: MonitorSettings).
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import json_safe
 
 Severity = Literal["warning", "critical"]
@@ -17,7 +18,7 @@ class Signal:
 
     severity: Severity
     message: str
-    values: dict[str, Any] = field(default_factory=dict)
+    values: JsonObject = field(default_factory=dict)
     onset_step: int | None = None  # the first step the condition affected (rollback detectors), when known
 
 
@@ -30,12 +31,12 @@ class Alert:
     detector: str
     severity: Severity
     message: str
-    values: dict[str, Any]
+    values: JsonObject
     action: str
     context_file: str | None = None  # the flight recorder's window before it, relative to the run directory
     onset_step: int | None = None  # the first step the condition affected (Signal.onset_step)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The alert as a plain dict (non-finite floats kept as floats; ``context_file`` and ``onset_step`` only when
         known)."""
         data = {

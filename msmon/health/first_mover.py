@@ -25,11 +25,11 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from msmon.config.metrics import GROUP_PREFIXES, UPDATE_RATIO_PREFIX, norm_group
 from msmon.health.alert import Signal
 from msmon.health.groups import EXPLAINED
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import MAD_TO_SIGMA, as_number
 
 BASELINE_LOGS = 20
@@ -64,7 +64,7 @@ class FirstMover:
     def lead_steps(self) -> int:
         return self.shown_step - self.step
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> JsonObject:
         return {"group": self.group, "signal": self.signal, "step": self.step, "lead_steps": self.lead_steps,
                 "shown_by": self.shown_by, "shown_step": self.shown_step}
 
@@ -137,7 +137,7 @@ class FirstMovers:
         self._keys: frozenset[str] = frozenset()  # the last record's keys (its series found once per set of keys) ...
         self._ratios: frozenset[str] = frozenset()  # ... and those of its update ratios
 
-    def observe(self, record: dict[str, Any]) -> None:
+    def observe(self, record: JsonObject) -> None:
         step = record.get("step")
         if not isinstance(step, int):
             return
@@ -178,7 +178,7 @@ class FirstMovers:
         by = {"loss": "the loss", "grad_norm": "the global grad norm"}.get(shown_key, "the alert")
         return FirstMover(group, signal, step, by, shown_step)
 
-    def explain(self, detector: str, signal: Signal, record: dict[str, Any]) -> Signal:
+    def explain(self, detector: str, signal: Signal, record: JsonObject) -> Signal:
         """``signal`` with the first mover added to its message and to ``values["first_mover"]``; unchanged for
         other detectors, when this record is not the last seen, or when no group series departed."""
         if detector not in EXPLAINED or not self._steps or self._steps[-1] != record.get("step"):

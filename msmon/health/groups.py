@@ -16,10 +16,10 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
 
 from msmon.config.metrics import norm_group
 from msmon.health.alert import Signal
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import as_number, fmt_number
 
 EXPLAINED = frozenset({"grad_explosion", "loss_spike", "nonfinite"})
@@ -67,7 +67,7 @@ class GroupNorms:
         self._keys: frozenset[str] = frozenset()  # the last record's keys ...
         self._groups: tuple[tuple[str, str], ...] = ()  # ... and (key, group) of its per-group norms
 
-    def observe(self, record: dict[str, Any]) -> None:
+    def observe(self, record: JsonObject) -> None:
         if record.keys() != self._keys:  # records of a run mostly have the same keys: look for groups once
             self._keys = frozenset(record)
             self._groups = tuple((key, group) for key in record if (group := norm_group(key)) is not None)
@@ -85,7 +85,7 @@ class GroupNorms:
         for group, series in self._values.items():
             series.append(found.get(group, math.nan))
 
-    def explain(self, detector: str, signal: Signal, record: dict[str, Any]) -> Signal:
+    def explain(self, detector: str, signal: Signal, record: JsonObject) -> Signal:
         """``signal`` with the groups that moved added to its message and to ``values["groups"]``; unchanged when
         the record has no group norms or the detector is not one that a group can explain."""
         if detector not in EXPLAINED or not self._steps or self._steps[-1] != record.get("step"):
@@ -101,7 +101,7 @@ class GroupNorms:
         return Signal(signal.severity, f"{signal.message}; {text}", {**signal.values, "groups": values},
                       signal.onset_step)
 
-    def _growth(self, since: int, window: int, ratio: float | None) -> tuple[str, dict[str, Any]] | None:
+    def _growth(self, since: int, window: int, ratio: float | None) -> tuple[str, JsonObject] | None:
         steps = list(self._steps)
         upto = sum(1 for s in steps if s <= since)
         start = min((i for i, s in enumerate(steps) if s > since - window), default=upto)
@@ -121,7 +121,7 @@ class GroupNorms:
         note = ""
         if first is not None and leaders and first[0] not in leaders[:1]:
             note = f"; {first[0]} doubled first (step {first[1]})"
-        found: dict[str, Any] = {"since_step": since, "ratios": ratios, "led_by": leaders,
+        found: JsonObject = {"since_step": since, "ratios": ratios, "led_by": leaders,
                                  "first": {"group": first[0], "step": first[1]} if first else None}
         return f"{whole}{text}{note}", found
 
@@ -139,7 +139,7 @@ class GroupNorms:
                     break
         return (best[2], best[0]) if best else None
 
-    def _at_step(self) -> tuple[str, dict[str, Any]] | None:
+    def _at_step(self) -> tuple[str, JsonObject] | None:
         now = {group: series[-1] for group, series in self._values.items()}
         broken = {group: value for group, value in now.items() if not math.isfinite(value)}
         if broken:

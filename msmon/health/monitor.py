@@ -6,11 +6,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from msmon.anomaly import Anomaly, StopRequest
 from msmon.config.health import HealthSettings
 from msmon.config.schedule import Schedule
+from msmon.foreign import ConfigValue
 from msmon.health.alert import Alert, Signal
 from msmon.health.detectors import build_detectors
 from msmon.health.detectors.base import Detector
@@ -21,6 +22,7 @@ from msmon.health.probed_steps import TIMING_DETECTORS, ProbedSteps
 from msmon.health.profile_action import ProfileAction
 from msmon.reference.band import ReferenceBand
 from msmon.util import internal_errors
+from msmon.util.jsonfiles import JsonObject, JsonValue
 
 logger = logging.getLogger("msmon")
 
@@ -50,7 +52,7 @@ class HealthMonitor:
     def __init__(
         self,
         settings: HealthSettings,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, ConfigValue] | None = None,
         *,
         sinks: Sequence[Sink] = (),
         request_stop: Callable[[StopRequest], None] | None = None,
@@ -109,11 +111,11 @@ class HealthMonitor:
                 if isinstance(schedule, Schedule) and total and not schedule.total_steps:
                     schedule.total_steps = int(total)
 
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         """Listener entry point (the session's writer thread)."""
         self.observe(record)
 
-    def observe(self, record: dict[str, Any]) -> list[Alert]:
+    def observe(self, record: JsonObject) -> list[Alert]:
         """Run every detector on one record; return the alerts raised (after rate limiting)."""
         raised: list[Alert] = []
         step = record.get("step")
@@ -146,7 +148,7 @@ class HealthMonitor:
         with self._lock:
             return self._profiled(step, time)
 
-    def _profiled(self, step: int, time: Any) -> list[Alert]:
+    def _profiled(self, step: int, time: JsonValue) -> list[Alert]:
         if self.profiles is None:
             return []
         when = float(time) if isinstance(time, int | float) and not isinstance(time, bool) else None
@@ -156,7 +158,7 @@ class HealthMonitor:
             self._deliver(found[-1])
         return found
 
-    def warm(self, records: Iterable[dict[str, Any]]) -> int:
+    def warm(self, records: Iterable[JsonObject]) -> int:
         """A resumed run: feed the detectors the records kept from its earlier attempts, raising nothing, then mark
         the restart (``resumed``): no blind warm-up and no false alarm at the first new record. Records fed."""
         fed = 0
@@ -195,7 +197,7 @@ class HealthMonitor:
 
     def check_stall(
         self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
-        now: float, detail: str | None = None, values: dict[str, Any] | None = None,
+        now: float, detail: str | None = None, values: JsonObject | None = None,
     ) -> Alert | None:
         """The live stall check (``msmon.runner.rank_watch``): a stall alert when no step has ended for the timeout
         (``detail`` and ``values``: where it hangs, from the watcher)."""
@@ -204,7 +206,7 @@ class HealthMonitor:
             signal = stall.check(idle_s, last_step, last_end_wall, step_seconds, detail, values) if stall else None
             return self._raise("stall", signal, last_step or 0, now) if signal else None
 
-    def report(self, detector: str, signal: Signal, step: Any, time: Any) -> Alert | None:
+    def report(self, detector: str, signal: Signal, step: JsonValue, time: JsonValue) -> Alert | None:
         """An alert judged outside this monitor's own detectors (another rank's values, by the watcher of
         ``msmon run``): the same record, rate limit, sinks and action."""
         with self._lock:
@@ -220,7 +222,7 @@ class HealthMonitor:
             except Exception as exc:  # noqa: BLE001
                 logger.warning("alert sink %s failed to close: %s", type(sink).__name__, exc)
 
-    def _raise(self, detector: str, signal: Signal, step: Any, time: Any) -> Alert | None:
+    def _raise(self, detector: str, signal: Signal, step: JsonValue, time: JsonValue) -> Alert | None:
         when = float(time) if isinstance(time, int | float) and not isinstance(time, bool) else None
         if not self._allowed(detector, signal.severity, when):
             self.suppressed += 1

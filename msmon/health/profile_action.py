@@ -14,7 +14,6 @@ import logging
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from msmon import layout, probe
 from msmon.config.health import PROFILE_DETECTORS, HealthSettings
@@ -24,6 +23,7 @@ from msmon.probe.against_baseline import compare
 from msmon.probe.purpose import ProbePurpose, Purpose, read_purposes, write_purpose
 from msmon.probe.summary import read_summary
 from msmon.util.files import tree_size
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
 
@@ -33,7 +33,7 @@ class ProfileReport:
 
     detector: str
     message: str
-    values: dict[str, Any]
+    values: JsonObject
 
 
 def profile_action_on(settings: HealthSettings) -> bool:
@@ -132,9 +132,9 @@ class ProfileAction:
         return ProfileReport(detector, message, {"alert_step": purpose.alert_step, "request": purpose.request,
                                                  "ranks": ranks})
 
-    def _compare(self, mark: probe.ProbeMark, baseline: probe.ProbeMark | None) -> tuple[str, dict[str, Any]]:
+    def _compare(self, mark: probe.ProbeMark, baseline: probe.ProbeMark | None) -> tuple[str, JsonObject]:
         """One rank's sentence and values: its profile against its baseline."""
-        found: dict[str, Any] = {"profile": mark.output, "state": mark.state.value}
+        found: JsonObject = {"profile": mark.output, "state": mark.state.value}
         if mark.output is None:
             return f"rank {mark.rank}: no profile ({mark.state.value}: {mark.message})", found
         try:

@@ -7,7 +7,7 @@ import os
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import yaml
 
@@ -16,6 +16,7 @@ from msmon.config.coerce import build
 from msmon.config.health import HealthSettings
 from msmon.config.mindformers_yaml import read_run_config
 from msmon.errors import MsmonError
+from msmon.foreign import ConfigValue
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
 from msmon.health.probed_steps import ProbedSteps
@@ -27,17 +28,17 @@ from msmon.reference.band import reference_band
 from msmon.reference.sources.run_dir import run_global_batch
 from msmon.run_record import recorded
 from msmon.step_cost import StepCost, read_costs
-from msmon.util.jsonfiles import iter_jsonl
+from msmon.util.jsonfiles import JsonObject, iter_jsonl
 
 logger = logging.getLogger("msmon")
 
 WARM_RECORDS = 5000  # a resumed run's detectors start from at most this many recorded records
 
 
-def history(run_dir: Path, up_to_step: int, limit: int = WARM_RECORDS) -> list[dict[str, Any]]:
+def history(run_dir: Path, up_to_step: int, limit: int = WARM_RECORDS) -> list[JsonObject]:
     """The last ``limit`` records of the run's metrics.jsonl up to ``up_to_step`` (unreadable lines skipped; the file
     streamed, at most ``limit`` records held): what a resumed run's detectors start from."""
-    kept: deque[dict[str, Any]] = deque(maxlen=limit)
+    kept: deque[JsonObject] = deque(maxlen=limit)
     try:
         for line in iter_jsonl(run_dir / layout.METRICS):
             try:
@@ -58,7 +59,7 @@ def resume_steps(run_dir: Path) -> list[int]:
     return sorted(entry.resumed_from_step or 0 for entry in entries[1:])
 
 
-def _yaml(path: Path) -> dict[str, Any]:
+def _yaml(path: Path) -> dict[str, ConfigValue]:
     if not path.is_file():
         return {}
     try:
@@ -69,7 +70,7 @@ def _yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _training_config(path: Path) -> dict[str, Any]:
+def _training_config(path: Path) -> dict[str, ConfigValue]:
     """The run's config.yaml with interpolations resolved where they can be, else as written."""
     if not path.is_file():
         return {}
@@ -81,7 +82,7 @@ def _training_config(path: Path) -> dict[str, Any]:
         return _yaml(path)
 
 
-def health_settings(section: Any, where: str) -> HealthSettings:
+def health_settings(section: ConfigValue, where: str) -> HealthSettings:
     """``monitor_config.health`` built strictly; an invalid value is an error naming the key."""
     if section is None:
         return HealthSettings()
@@ -100,7 +101,7 @@ class RunInputs(NamedTuple):
 
     metrics: Path
     settings: HealthSettings
-    config: dict[str, Any]
+    config: dict[str, ConfigValue]
     total: int | None
     reference: tuple[list[str], list[str]]  # (runs, tags)
 
@@ -132,7 +133,7 @@ class Replayed(NamedTuple):
 
 
 def replay(
-    path: str | Path, settings: HealthSettings | None = None, config: Mapping[str, Any] | None = None,
+    path: str | Path, settings: HealthSettings | None = None, config: Mapping[str, ConfigValue] | None = None,
     reference: Sequence[str] = (),
 ) -> Replayed:
     """The alerts, records read and rollback forecasts of a run directory or JSON Lines file.

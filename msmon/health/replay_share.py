@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from msmon.config.health import HealthSettings
+from msmon.foreign import ConfigValue
 from msmon.health.alert import Alert
 from msmon.health.monitor import HealthMonitor
 from msmon.health.probed_steps import ProbedSteps
@@ -49,7 +50,7 @@ class Share(NamedTuple):
     metrics: Path
     run_dir: Path | None
     settings: HealthSettings
-    config: dict[str, Any]
+    config: dict[str, ConfigValue]
     total: int | None
     boundaries: list[int]
     names: frozenset[str]

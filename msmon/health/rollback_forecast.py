@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from msmon.compat.template import CheckpointSaving, checkpoint_saving
 from msmon.config.health import ROLLBACK_DETECTORS, HealthSettings, RollbackSettings
+from msmon.foreign import ConfigValue
 from msmon.health.alert import Alert
+from msmon.util.jsonfiles import JsonObject
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Forecast:
     onset_step: int
     outcome: RollbackTarget | str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         where: dict[str, int | str | None]
         if isinstance(self.outcome, RollbackTarget):
             where = {"checkpoint_step": self.outcome.checkpoint_step, "skip_to": self.outcome.skip_to, "refused": None}
@@ -52,7 +53,8 @@ class Forecast:
                 f"{target.skip_to}")
 
 
-def forecast(alerts: Sequence[Alert], settings: HealthSettings, config: Mapping[str, Any] | None) -> list[Forecast]:
+def forecast(alerts: Sequence[Alert], settings: HealthSettings,
+             config: Mapping[str, ConfigValue] | None) -> list[Forecast]:
     """One Forecast per alert whose detector's action is ``rollback``, in step order; an alert inside the data an
     earlier rollback would have skipped is not one the run would have seen."""
     saving = checkpoint_saving(config)

@@ -15,13 +15,25 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
 from msmon.health.alert import Alert
+from msmon.util.jsonfiles import JsonObject
 
 logger = logging.getLogger("msmon")
-_STOP = object()
+
+
+class _Stop(Enum):
+    """The mark a closing sink puts on its queue."""
+
+    STOP = "stop"
+
+
+_STOP = _Stop.STOP
+#: What an asynchronous sink's queue carries: an alert (the chat robots: also a message of their own).
+Item = TypeVar("Item")
 
 
 def alert_line(alert: Alert) -> str:
@@ -68,7 +80,7 @@ class BackendSink:
 
     quiet = False
 
-    def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, emit: Callable[[JsonObject], None]) -> None:
         self.emit = emit
 
     def handle(self, alert: Alert) -> None:
@@ -89,7 +101,7 @@ def post_json(url: str, body: str, timeout_s: float, content_type: str = "applic
         return bytes(response.read())
 
 
-class AsyncSink:
+class AsyncSink(Generic[Item]):
     """A daemon thread delivering alerts from a bounded queue; ``deliver`` may block, training never does."""
 
     quiet = False
@@ -100,12 +112,12 @@ class AsyncSink:
         self.failed = 0
         self.dropped = 0
         self._close_timeout = close_timeout_s
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(queue_size, 1))
+        self._queue: queue.Queue[Item | _Stop] = queue.Queue(maxsize=max(queue_size, 1))
         self._warned = False
         self._thread = threading.Thread(target=self._run, name=f"msmon-{name}", daemon=True)
         self._thread.start()
 
-    def handle(self, alert: Alert) -> None:
+    def handle(self, alert: Item) -> None:
         try:
             self._queue.put_nowait(alert)
         except queue.Full:
@@ -128,7 +140,7 @@ class AsyncSink:
     def _abandon(self) -> None:
         self._warn(f"{self.name}: still busy at close; abandoned")
 
-    def deliver(self, alert: Alert) -> None:
+    def deliver(self, item: Item) -> None:
         raise NotImplementedError
 
     def _run(self) -> None:
@@ -149,7 +161,7 @@ class AsyncSink:
             logger.warning("%s (further problems of this alert hook are not shown)", message)
 
 
-class WebhookSink(AsyncSink):
+class WebhookSink(AsyncSink[Alert]):
     """POSTs each alert as strict JSON (``Content-Type: application/json``)."""
 
     def __init__(self, url: str, timeout_s: float, queue_size: int = 100) -> None:
@@ -161,7 +173,7 @@ class WebhookSink(AsyncSink):
         post_json(self.url, alert.to_json(), self.timeout_s)
 
 
-class CommandSink(AsyncSink):
+class CommandSink(AsyncSink[Alert]):
     """Runs ``argv`` (no shell) with the alert's JSON on stdin."""
 
     def __init__(self, argv: list[str], timeout_s: float, queue_size: int = 100) -> None:

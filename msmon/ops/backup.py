@@ -9,15 +9,15 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from msmon.config.loader import read_config_text
 from msmon.errors import MsmonError
+from msmon.foreign import ConfigValue
 from msmon.util.atomic import atomic_write_bytes, atomic_write_json, write_temp
 from msmon.util.files import file_lock
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import JsonObject, read_json_object
 from msmon.util.mapping import flatten
 
 BACKUP_DIR = "monitor_config_backup"
@@ -62,7 +62,7 @@ def _read_source(config: Path) -> bytes:
     return config.read_bytes()
 
 
-def _index(directory: Path) -> dict[str, Any]:
+def _index(directory: Path) -> JsonObject:
     try:
         copies = read_json_object(directory / INDEX).get("copies")
     except (OSError, ValueError):
@@ -145,7 +145,7 @@ def resolve_ref(copies: list[BackupCopy], ref: str) -> BackupCopy:
     raise MsmonError(f"backup '{ref}' matches {len(matches)} copies ({names})", "see msmon backup-config list CONFIG")
 
 
-def monitor_config_keys(data: bytes) -> dict[str, Any] | None:
+def monitor_config_keys(data: bytes) -> dict[str, ConfigValue] | None:
     """``monitor_config`` flattened to dotted keys, values as written (interpolations unresolved)."""
     try:
         tree = yaml.safe_load(data.decode("utf-8-sig"))
@@ -155,7 +155,7 @@ def monitor_config_keys(data: bytes) -> dict[str, Any] | None:
     return flatten(section) if isinstance(section, dict) else {}
 
 
-def key_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+def key_changes(old: JsonObject | None, new: JsonObject | None) -> list[str]:
     """``+ key: v``, ``- key: v`` and ``~ key: a -> b`` lines between two flattened monitor_configs."""
     if old is None or new is None:
         return ["(a file is not valid YAML: see the unified diff)"]

@@ -14,11 +14,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon import compat
 from msmon.errors import MsmonError
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
+from msmon.util.jsonfiles import JsonObject
 
 SUPPORTED_PYTHON = (3, 11)
 TESTED = ", ".join(f"mindformers {p.mindformers} + mindspore {p.mindspore}" for p in compat.TESTED_PAIRS)
@@ -34,9 +35,9 @@ class Device:
 
     available: bool
     detail: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"available": self.available, "detail": self.detail, **self.extra}
 
 
@@ -48,13 +49,13 @@ class DoctorReport:
     devices: dict[str, Device]
     msrun: str | None
     findings: list[Finding]
-    config: dict[str, Any] | None = None
+    config: dict[str, ConfigValue] | None = None
 
     @property
     def ok(self) -> bool:
         return not any(f.is_error for f in self.findings)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "ok": self.ok,
             "python": self.python,
@@ -210,7 +211,8 @@ def check_port(port: int, busy: bool) -> list[Finding]:
 # -- gathering -----------------------------------------------------------------------------------------
 
 
-def _config_part(config: str, port: int, available: Mapping[str, Device]) -> tuple[dict[str, Any], list[Finding]]:
+def _config_part(config: str, port: int,
+                 available: Mapping[str, Device]) -> tuple[dict[str, ConfigValue], list[Finding]]:
     from msmon.config.loader import load_config
     from msmon.util.net import port_in_use
     from msmon.validate.save_dir import free_space_mb

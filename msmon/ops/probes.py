@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.config.mindformers_yaml import read_run_config
@@ -25,6 +24,7 @@ from msmon.probe import (
     write_request,
 )
 from msmon.status import RunStatus
+from msmon.util.jsonfiles import JsonObject
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class ProbeListing:
             found.append(f"  not taken yet by rank(s) {', '.join(map(str, self.pending))} (at their next logging step)")
         return found
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"request": None if self.request is None else self.request.to_json(),
                 "marks": [mark.to_json() for _, mark in sorted(self.marks.items())], "pending": self.pending,
                 "profiles": self.profiles, "distributions": self.distributions}

@@ -8,13 +8,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.step_cost import StepCost
 from msmon.util import procs
 from msmon.util.durations import format_duration
-from msmon.util.jsonfiles import read_json_object, tail_rows
+from msmon.util.jsonfiles import JsonObject, JsonValue, read_json_object, tail_rows
 from msmon.util.numbers import as_number
 from msmon.util.ranks import ranks_text
 
@@ -36,7 +35,7 @@ class RankState:
     alive_age_s: float | None = None
     host: str | None = None
     pid: int | None = None
-    beat: dict[str, Any] = field(default_factory=dict, repr=False)
+    beat: JsonObject = field(default_factory=dict, repr=False)
 
     @property
     def responsive(self) -> bool:
@@ -54,14 +53,14 @@ class RankState:
             return now - self.ended_time
         return self.alive_age_s
 
-    def to_json(self, now: float) -> dict[str, Any]:
+    def to_json(self, now: float) -> JsonObject:
         cost = self.last_cost
         return {"rank": self.rank, "state": self.state, "last_step": self.ended or None, "begun": self.begun or None,
                 "age_s": self.age_s(now), "heartbeat_age_s": self.alive_age_s, "host": self.host, "pid": self.pid,
                 "cost": cost.to_json() if cost is not None else None}
 
 
-def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:
+def first_heartbeat(run_dir: Path) -> JsonObject | None:
     """The heartbeat of the lowest rank that has a readable one (a run's liveness in `msmon runs`), None without
     any; the others are not read."""
     for path in layout.heartbeat_files(run_dir, ".json").values():  # in rank order
@@ -72,7 +71,7 @@ def first_heartbeat(run_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
+def read_heartbeats(run_dir: Path) -> dict[int, JsonObject]:
     """rank -> its heartbeat, for every readable ``heartbeats/rank_N.json`` and every rank of the machines' gathered
     ``heartbeats/node_K.json`` (a run over several machines); a rank in both: the one rewritten last. A half-written
     file is skipped."""
@@ -89,9 +88,9 @@ def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
     return dict(sorted(found.items()))
 
 
-def read_rank_files(directory: Path) -> dict[int, dict[str, Any]]:
+def read_rank_files(directory: Path) -> dict[int, JsonObject]:
     """rank -> its heartbeat, for every readable ``rank_N.json`` in ``directory``."""
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, JsonObject] = {}
     for rank, path in layout.rank_files(directory, ".json").items():
         try:
             found[rank] = read_json_object(path)
@@ -100,11 +99,11 @@ def read_rank_files(directory: Path) -> dict[int, dict[str, Any]]:
     return found
 
 
-def _alive(beat: dict[str, Any] | None) -> float:
+def _alive(beat: JsonObject | None) -> float:
     return as_number((beat or {}).get("alive")) or 0.0
 
 
-def last_record(run_dir: Path) -> dict[str, Any] | None:
+def last_record(run_dir: Path) -> JsonObject | None:
     """The last complete record of the run's ``metrics.jsonl`` (None without one)."""
     try:
         return next(tail_rows(run_dir / layout.METRICS, RECORD_TAIL_BYTES), None)
@@ -112,7 +111,7 @@ def last_record(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def with_record(beats: dict[int, dict[str, Any]], record: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+def with_record(beats: dict[int, JsonObject], record: JsonObject | None) -> dict[int, JsonObject]:
     """The heartbeats with the step of the last logged record as its rank's last ended step where the heartbeat is
     older: a heartbeat is rewritten once a second, so a process frozen (SIGSTOP) just after a log keeps one that
     names an earlier step; the records and heartbeats together say which step ended last."""
@@ -127,11 +126,11 @@ def with_record(beats: dict[int, dict[str, Any]], record: dict[str, Any] | None)
                             "begun_time": beat.get("begun_time") if begun > step else wall}}
 
 
-def _int(value: Any) -> int:
+def _int(value: JsonValue) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def rank_state(rank: int, beat: dict[str, Any], now: float, stopped: bool = False) -> RankState:
+def rank_state(rank: int, beat: JsonObject, now: float, stopped: bool = False) -> RankState:
     """The state of one rank (``stopped``: its process is known to be stopped, e.g. by SIGSTOP)."""
     alive = as_number(beat.get("alive"))
     state = RankState(rank, "", _int(beat.get("begun")), _int(beat.get("ended")), as_number(beat.get("begun_time")),
@@ -151,7 +150,7 @@ def rank_state(rank: int, beat: dict[str, Any], now: float, stopped: bool = Fals
     return state
 
 
-def rank_states(beats: dict[int, dict[str, Any]], now: float, *, world_size: int | None = None,
+def rank_states(beats: dict[int, JsonObject], now: float, *, world_size: int | None = None,
                 stopped: frozenset[int] = frozenset()) -> list[RankState]:
     """Every rank in order; with ``world_size``, the ranks without a heartbeat too (state ``no heartbeat``)."""
     ranks = sorted(set(beats) | set(range(world_size or 0)) | stopped)
@@ -225,7 +224,7 @@ def diagnose(states: list[RankState], now: float) -> Diagnosis:
     return Diagnosis(lines, sorted(how), how)
 
 
-def stopped_here(beats: dict[int, dict[str, Any]]) -> frozenset[int]:
+def stopped_here(beats: dict[int, JsonObject]) -> frozenset[int]:
     """The ranks whose process runs on this machine and is stopped (SIGSTOP, a debugger)."""
     return frozenset(rank for rank, beat in beats.items()
                      if procs.on_this_host(beat.get("host")) and procs.is_stopped(beat.get("pid")))

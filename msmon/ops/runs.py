@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.errors import MsmonError
@@ -19,7 +18,7 @@ from msmon.run_record import RunRecord, read_run_record
 from msmon.status import RunStatus
 from msmon.util import procs
 from msmon.util.files import subdirs
-from msmon.util.jsonfiles import TAIL_BYTES, tail_rows
+from msmon.util.jsonfiles import TAIL_BYTES, JsonObject, tail_rows
 from msmon.util.numbers import as_number
 
 STALE_AFTER_S = 600.0
@@ -44,7 +43,7 @@ class RunInfo:
     last_loss: float | None
     alert_count: int | None
     rollbacks: int  # run.json's rollbacks (health.rollback)
-    ranks: list[dict[str, Any]]  # per rank: last step, age, state (heartbeats/)
+    ranks: list[JsonObject]  # per rank: last step, age, state (heartbeats/)
     ranks_summary: str
     profiles: list[str]  # every rank's profile, profiles/<from>-<to>/rank_N (docs/probe.md)
     distributions: list[str]  # every rank's histograms, distributions/<from>-<to>/rank_N (docs/probe.md)
@@ -59,7 +58,7 @@ class RunInfo:
         """The windows of histograms (``<from>-<to>``), in step order."""
         return _windows(self.distributions)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         loss = self.last_loss
         return {
             "project": self.project, "run": self.run, "status": self.status, "path": str(self.path),
@@ -107,10 +106,10 @@ def read_record(path: Path, problems: list[str]) -> RunRecord | None:
         return None
 
 
-def last_records(path: Path, keys: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def last_records(path: Path, keys: tuple[str, ...]) -> dict[str, JsonObject]:
     """For each key, the last record of a JSON Lines file that has it: from its last 64 KiB, else its last 4 MiB (a
     long run's file is never read whole; most runs' last record has every key)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, JsonObject] = {}
     for max_bytes in (RECORD_TAIL_BYTES, TAIL_BYTES):
         found = {}
         try:

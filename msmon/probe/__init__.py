@@ -13,12 +13,11 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.run_record import recorded
 from msmon.util.atomic import atomic_write_json
-from msmon.util.jsonfiles import read_json_object, read_objects
+from msmon.util.jsonfiles import JsonObject, JsonValue, read_json_object, read_objects
 
 #: The window when ``msmon probe`` is not given ``--steps``.
 DEFAULT_STEPS = 5
@@ -56,12 +55,12 @@ class ProbeRequest:
     def names(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "kind": self.kind.value, "steps": self.steps,
                 "ranks": "all" if self.ranks is None else list(self.ranks), "created": self.created}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbeRequest:
+    def from_json(cls, data: JsonObject) -> ProbeRequest:
         """ValueError naming what is wrong."""
         request_id, kind, steps, ranks = data.get("id"), data.get("kind"), data.get("steps"), data.get("ranks", "all")
         if not isinstance(request_id, str) or not request_id or "/" in request_id or request_id.startswith("."):
@@ -75,7 +74,7 @@ class ProbeRequest:
             created, int | float) else 0.0)
 
 
-def parse_ranks(value: Any) -> tuple[int, ...] | None:
+def parse_ranks(value: JsonValue) -> tuple[int, ...] | None:
     """``"all"`` -> None; ``"0,2"`` or ``[0, 2]`` -> (0, 2); ValueError otherwise."""
     if value == "all":
         return None
@@ -130,13 +129,13 @@ class ProbeMark:
     message: str = ""
     written_at: float = field(default_factory=time.time)  # Unix seconds
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"request": self.request, "kind": self.kind.value, "rank": self.rank, "state": self.state.value,
                 "first_step": self.first_step, "last_step": self.last_step, "output": self.output,
                 "message": self.message, "time": self.written_at}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbeMark:
+    def from_json(cls, data: JsonObject) -> ProbeMark:
         return cls(str(data["request"]), ProbeKind(data["kind"]), int(data["rank"]), ProbeState(data["state"]),
                    data.get("first_step"), data.get("last_step"), data.get("output"), str(data.get("message", "")),
                    float(data.get("time", 0.0)))

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.util.atomic import atomic_write_json
-from msmon.util.jsonfiles import read_objects
+from msmon.util.jsonfiles import JsonObject, read_objects
 
 
 class Purpose(StrEnum):
@@ -29,12 +28,12 @@ class ProbePurpose:
     alert_step: int | None = None
     reported: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"request": self.request, "purpose": self.purpose.value, "detector": self.detector,
                 "alert_step": self.alert_step, "reported": self.reported}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbePurpose:
+    def from_json(cls, data: JsonObject) -> ProbePurpose:
         step = data.get("alert_step")
         return cls(str(data["request"]), Purpose(data["purpose"]), data.get("detector"),
                    step if isinstance(step, int) else None, data.get("reported") is True)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import JsonObject, read_json_object
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,11 @@ class ProfileSummary:
     steps: list[StepTime] = field(default_factory=list)
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProfileSummary:
+    def from_json(cls, data: JsonObject) -> ProfileSummary:
         return cls(**{**data, "op_types": [OpTypeTime(**x) for x in data["op_types"]],
                       "top_operators": [OpTime(**x) for x in data["top_operators"]],
                       "steps": [StepTime(**x) for x in data["steps"]]})

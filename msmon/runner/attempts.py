@@ -26,7 +26,6 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.anomaly import Anomaly, Rollback, data_position
@@ -43,7 +42,7 @@ from msmon.runner.plan import RunPlan
 from msmon.runner.results import RankResults
 from msmon.runner.resume import resume_overrides
 from msmon.status import Attempt
-from msmon.util.jsonfiles import read_jsonl_tail
+from msmon.util.jsonfiles import JsonObject, read_jsonl_tail
 
 logger = logging.getLogger("msmon")
 
@@ -123,7 +122,7 @@ def rollback_message(anomaly: Anomaly, point: ResumePoint, made: Rollback, earli
 
 
 def restart_alert(cause: str, point: ResumePoint | None, delay: float, last: int | None, *, attempt: int,
-                  restart: int, max_restarts: int) -> tuple[int, str, dict[str, Any]]:
+                  restart: int, max_restarts: int) -> tuple[int, str, JsonObject]:
     """The restart alert's step, message and values (``attempt``: the number of the attempt it starts)."""
     step = point.step if point else 0
     where = f"step {step} ({point.path})" if point else "the start (no complete checkpoint)"
@@ -134,7 +133,7 @@ def restart_alert(cause: str, point: ResumePoint | None, delay: float, last: int
     return step, message, values
 
 
-def announce(plan: RunPlan, detector: str, step: int, message: str, values: dict[str, Any]) -> None:
+def announce(plan: RunPlan, detector: str, step: int, message: str, values: JsonObject) -> None:
     """One alert of the attempt loop (a restart, a rollback): alerts.jsonl, the console, and the webhook /
     command hook / chat when configured."""
     alert = Alert(time.time(), step, detector, "warning", message, values, detector)

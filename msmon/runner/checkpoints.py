@@ -22,12 +22,11 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.compat.checkpoint_file import FORMATS, CheckpointFile, Incomplete, read_checkpoint
 from msmon.errors import describe
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import JsonObject, read_json_object
 
 logger = logging.getLogger("msmon")
 
@@ -57,7 +56,7 @@ class ResumePoint:
     def path(self) -> Path:
         return self.root / self.name if self.layout == ITERATION_LAYOUT else self.root / "rank_0" / self.name
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": str(self.path), "step": self.step, "format": self.fmt, "ranks": self.ranks}
 
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.compat import CPU_BARRIER_PATCHES, known
+from msmon.foreign import ConfigValue
 from msmon.util.mapping import dotted_get
 
 WHAT = "msmon's CPU barrier for resuming a multi-rank run"
 
 
-def needed(config: Mapping[str, Any]) -> bool:
+def needed(config: Mapping[str, ConfigValue]) -> bool:
     """A CPU run with ``use_parallel`` that resumes (``resume_training`` set)."""
     target = str(dotted_get(config, "context.device_target", "Ascend")).upper()
     return target == "CPU" and bool(config.get("use_parallel")) and bool(config.get("resume_training"))
@@ -34,7 +34,7 @@ def allreduce_barrier(group: str | None = None) -> None:
     ops.AllReduce(group=group or GlobalComm.WORLD_COMM_GROUP)(Tensor(np.ones(1, np.float32))).asnumpy()
 
 
-def apply_if_needed(config: Mapping[str, Any]) -> bool:
+def apply_if_needed(config: Mapping[str, ConfigValue]) -> bool:
     """Swap mindformers' barrier for ``allreduce_barrier`` when ``config`` needs it; True when applied."""
     if not needed(config):
         return False

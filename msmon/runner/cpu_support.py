@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.config.mindformers_yaml import PLAIN_MODULE
+from msmon.foreign import ConfigValue
 from msmon.runner.mcore_cpu import apply_mcore_cpu_support, needs_mcore_cpu_support
 from msmon.validate.cpu import CPU_WRAPPER
 
@@ -69,7 +69,7 @@ def plain_mindformers_support() -> type:
     return wrapper
 
 
-def for_plain_mindformers(training: Mapping[str, Any]) -> dict[str, Any] | None:
+def for_plain_mindformers(training: Mapping[str, ConfigValue]) -> dict[str, ConfigValue] | None:
     """``training`` with the ``auto_register`` keys that let plain mindformers load msmon's CPU support (the module
     docstring), or None when it does not use msmon's CPU wrapper."""
     wrapper = training.get("runner_wrapper")

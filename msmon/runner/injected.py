@@ -22,7 +22,12 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
+
+from msmon.foreign import ConfigValue, Mindformers, Passed
+
+if TYPE_CHECKING:
+    from msmon.runner.worker import Worker
 
 logger = logging.getLogger("msmon")
 
@@ -67,7 +72,7 @@ def install() -> None:
         sys.meta_path.insert(0, _PatchOnImport())
 
 
-def without_msmon_keys(config: dict[str, Any]) -> dict[str, Any]:
+def without_msmon_keys(config: dict[str, ConfigValue]) -> dict[str, ConfigValue]:
     """``config`` (a YAML as mindformers read it) as ``msmon run`` hands it over: msmon's keys removed from
     ``monitor_config`` (in place; mindformers' template refuses an unknown key)."""
     if isinstance(config.get("monitor_config"), dict):
@@ -85,7 +90,7 @@ def patch_config(config_class: type) -> None:
         return
 
     @functools.wraps(read)
-    def file2dict(*args: Any, **kwargs: Any) -> Any:
+    def file2dict(*args: Passed, **kwargs: Passed) -> Passed:
         loaded = read(*args, **kwargs)
         return without_msmon_keys(loaded) if isinstance(loaded, dict) else loaded
 
@@ -100,10 +105,10 @@ class _Rank:
         from msmon.runner.protocol import RankSpec
 
         self.spec = RankSpec.from_env(os.environ)
-        self.worker: Any = None
+        self.worker: Worker | None = None
         self.training = False
 
-    def config_for_mindformers(self, args: Any) -> Any:
+    def config_for_mindformers(self, args: Mindformers) -> Mindformers:
         """CONFIG's path -> the run directory's ``mindformers.yaml`` (overrides and interpolations resolved)."""
         if isinstance(args, str | os.PathLike):
             source = self.spec.config_path
@@ -111,7 +116,8 @@ class _Rank:
             return str(self.spec.mindformers_yaml) if same else args
         return args
 
-    def around(self, trainer: Any, train: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def around(self, trainer: Mindformers, train: Callable[..., Passed], args: tuple[Passed, ...],
+               kwargs: dict[str, Passed]) -> Passed:
         """Train with msmon's callback and leave this rank's result, however the training ends."""
         if self.training:
             return train(trainer, *args, **kwargs)
@@ -154,7 +160,7 @@ def patch(trainer_class: type) -> None:
     init = trainer_class.__init__  # type: ignore[misc]
 
     @functools.wraps(init)
-    def __init__(self: Any, args: Any = None, *rest: Any, **kwargs: Any) -> None:
+    def __init__(self: Mindformers, args: Mindformers = None, *rest: Passed, **kwargs: Passed) -> None:
         from msmon.runner.cpu_support import register_cpu_support
 
         register_cpu_support()  # a config that names msmon's CPU train-step wrapper builds on CPU as under msmon
@@ -164,7 +170,8 @@ def patch(trainer_class: type) -> None:
     for name in ("train", "finetune"):
         original = getattr(trainer_class, name)
 
-        def monitored(self: Any, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+        def monitored(self: Mindformers, *args: Passed, _original: Callable[..., Passed] = original,
+                      **kwargs: Passed) -> Passed:
             return _current().around(self, _original, args, kwargs)
 
         setattr(trainer_class, name, functools.wraps(original)(monitored))

@@ -21,23 +21,24 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from types import ModuleType
 
 from msmon.compat import MCORE_CPU_PATCHES, MCORE_CPU_UNSUPPORTED, known, use_legacy
 from msmon.errors import ExitCode, MsmonError
+from msmon.foreign import ConfigValue, Mindformers, Passed, Tensor
 from msmon.runner.moe_cpu import moe_standins
 
 WHAT = "msmon's CPU support for the mcore models"
 
 
-def needs_mcore_cpu_support(config: Mapping[str, Any]) -> bool:
+def needs_mcore_cpu_support(config: Mapping[str, ConfigValue]) -> bool:
     """True for an mcore model trained on CPU (``context.device_target: CPU``, ``use_legacy`` false)."""
     context = config.get("context")
     target = context.get("device_target", "Ascend") if isinstance(context, Mapping) else "Ascend"
     return str(target).upper() == "CPU" and not use_legacy(config)
 
 
-def apply_if_needed(config: Mapping[str, Any]) -> bool:
+def apply_if_needed(config: Mapping[str, ConfigValue]) -> bool:
     """Put the stand-ins in place when ``config`` trains an mcore model on CPU; True when applied."""
     if not needs_mcore_cpu_support(config):
         return False
@@ -65,10 +66,10 @@ def apply_mcore_cpu_support(version: str) -> None:
         setattr(modules[role], patch.attribute, standins[role])
 
 
-_STANDINS: dict[str, Any] = {}
+_STANDINS: dict[str, type] = {}
 
 
-def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
+def _standins(modules: Mapping[str, ModuleType]) -> dict[str, type]:
     """role -> stand-in class (built once: they subclass MindSpore and mindformers classes)."""
     if _STANDINS:
         return _STANDINS
@@ -80,9 +81,10 @@ def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class MsmonCPUAttention(nn.Cell):
         """FlashAttention's place (BNSD layout, causal mask): softmax(Q K^T * scale + mask) V in float32."""
 
-        def __init__(self, config: Any, layer_number: int, attn_mask_type: Any = None, attention_type: Any = None,
+        def __init__(self, config: Mindformers, layer_number: int, attn_mask_type: Passed = None,
+                     attention_type: Passed = None,
                      attention_dropout: float | None = None, softmax_scale: float | None = None,
-                     cp_comm_type: Any = None) -> None:
+                     cp_comm_type: Passed = None) -> None:
             super().__init__()
             features = [f"{what} (model_config.{key})" for key, what in MCORE_CPU_UNSUPPORTED.items()
                         if getattr(config, key, None)]
@@ -103,7 +105,7 @@ def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
             self.pv = P.BatchMatMul()
             self.softmax = P.Softmax(-1)
 
-        def _heads(self, x: Any, repeat: int) -> Any:
+        def _heads(self, x: Tensor, repeat: int) -> Tensor:
             """(S, B, N, D) -> (B, N * repeat, S, D) in float32, each head repeated ``repeat`` times in place."""
             x = ops.transpose(ops.cast(x, mstype.float32), (1, 2, 0, 3))
             if repeat == 1:
@@ -112,10 +114,11 @@ def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
             x = ops.tile(ops.expand_dims(x, 2), (1, 1, repeat, 1, 1))
             return ops.reshape(x, (batch, heads * repeat, seq, dim))
 
-        def construct(self, query: Any, key: Any, value: Any, attention_mask: Any, attn_mask_type: Any = None,
-                      attention_bias: Any = None, packed_seq_params: Any = None, alibi_mask: Any = None,
-                      prefix: Any = None, padding_mask: Any = None, actual_seq_qlen: Any = None,
-                      actual_seq_kvlen: Any = None) -> Any:
+        def construct(self, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor,
+                      attn_mask_type: Passed = None,
+                      attention_bias: Passed = None, packed_seq_params: Passed = None, alibi_mask: Passed = None,
+                      prefix: Passed = None, padding_mask: Passed = None, actual_seq_qlen: Passed = None,
+                      actual_seq_kvlen: Passed = None) -> Tensor:
             seq, batch = query.shape[0], query.shape[1]
             scores = self.qk(self._heads(query, 1), self._heads(key, self.repeat)) * self.scale
             if attention_mask is not None:  # 1 = masked, broadcast over the heads
@@ -128,13 +131,13 @@ def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class MsmonCPUOuter(nn.Cell):
         """``Outer`` as a broadcast multiply."""
 
-        def construct(self, x: Any, y: Any) -> Any:
+        def construct(self, x: Tensor, y: Tensor) -> Tensor:
             return ops.reshape(x, (-1, 1)) * ops.reshape(y, (1, -1))
 
     class MsmonCPUVocabParallelEmbedding(VocabParallelEmbedding):
         """The word embedding looked up with Gather (no tensor parallelism, as on one CPU device)."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: Passed, **kwargs: Passed) -> None:
             super().__init__(*args, **kwargs)
             if self.enable_embedding_tp or self.sequence_parallel:
                 raise MsmonError(f"{WHAT}: the CPU embedding does not implement tensor or sequence parallelism",
@@ -142,7 +145,7 @@ def _standins(modules: Mapping[str, Any]) -> dict[str, Any]:
                                  ExitCode.TRAINING_FAILED)
             self.gather = P.Gather()
 
-        def embedding_func(self, input_: Any, weight: Any) -> Any:
+        def embedding_func(self, input_: Tensor, weight: Tensor) -> Tensor:
             batch, seq = input_.shape
             output = self.gather(weight, self.reshape(input_, (batch * seq,)), 0)
             return self.reshape(output, (batch, -1, weight.shape[1]))

@@ -20,10 +20,13 @@ Each is a ``jit_class`` (mindformers also creates some of them inside its graph 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from types import ModuleType
+from typing import Self
+
+from msmon.foreign import Mindformers, Passed, Tensor
 
 
-def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
+def moe_standins(modules: Mapping[str, ModuleType]) -> dict[str, type]:
     """role -> stand-in for the MoE roles of ``msmon.compat.MCORE_CPU_PATCHES`` (imports mindspore)."""
     import mindspore as ms
     from mindspore import ops
@@ -32,17 +35,17 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class _Primitive:
         """The Python-side calls mindformers makes on the op objects it keeps (recompute, attributes)."""
 
-        def recompute(self, mode: bool = True) -> Any:
+        def recompute(self, mode: bool = True) -> Self:
             return self
 
-        def add_prim_attr(self, name: str, value: Any) -> Any:
+        def add_prim_attr(self, name: str, value: Passed) -> Self:
             return self
 
     @ms.jit_class
     class MsmonCPUTopkExt(_Primitive):
         """``TopkExt(input, k, dim=-1, largest=True, sorted=True)`` on the last axis."""
 
-        def __call__(self, x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+        def __call__(self, x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Tensor:
             values, indices = P.TopK(sorted)(x, k)
             return values, ops.cast(indices, ms.int64)
 
@@ -50,7 +53,7 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class MsmonCPUSortExt(_Primitive):
         """``SortExt(input, dim=-1, descending=False, stable=False)``."""
 
-        def __call__(self, x: Any, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
+        def __call__(self, x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
             values, indices = ops.sort(x, dim, descending)
             return values, ops.cast(indices, ms.int64)
 
@@ -58,14 +61,14 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class MsmonCPUFmodScalar(_Primitive):
         """``FmodScalar(input, other)``: the remainder with the sign of ``input``."""
 
-        def __call__(self, x: Any, other: int) -> Any:
+        def __call__(self, x: Tensor, other: int) -> Tensor:
             return x - ops.cast(ops.trunc(ops.cast(x, ms.float64) / other), x.dtype) * other
 
     @ms.jit_class
     class MsmonCPUCumsumExt(_Primitive):
         """``CumsumExt(input, dim, dtype=None)``."""
 
-        def __call__(self, x: Any, dim: int, dtype: Any = None) -> Any:
+        def __call__(self, x: Tensor, dim: int, dtype: Passed = None) -> Tensor:
             total = P.CumSum()(x, dim)
             return total if dtype is None else ops.cast(total, dtype)
 
@@ -73,14 +76,14 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class MsmonCPUIndexSelect(_Primitive):
         """``IndexSelect(input, dim, index)``."""
 
-        def __call__(self, x: Any, dim: int, index: Any) -> Any:
+        def __call__(self, x: Tensor, dim: int, index: Tensor) -> Tensor:
             return P.Gather()(x, index, dim)
 
     @ms.jit_class
     class MsmonCPUSwiglu(_Primitive):
         """``Swiglu(input, dim=-1)``: Swish of the first half times the second half."""
 
-        def __call__(self, x: Any, dim: int = -1) -> Any:
+        def __call__(self, x: Tensor, dim: int = -1) -> Tensor:
             first, second = ops.split(x, x.shape[dim] // 2, dim)
             return first * ops.sigmoid(first) * second
 
@@ -94,8 +97,9 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
                      transpose_b: bool = False) -> None:
             self.transpose_b = transpose_b
 
-        def __call__(self, x: Any, weight: Any, bias: Any = None, scale: Any = None, offset: Any = None,
-                     antiquant_scale: Any = None, antiquant_offset: Any = None, group_list: Any = None) -> Any:
+        def __call__(self, x: Tensor, weight: Tensor, bias: Passed = None, scale: Passed = None,
+                     offset: Passed = None, antiquant_scale: Passed = None, antiquant_offset: Passed = None,
+                     group_list: Passed = None) -> tuple[Tensor]:
             rows, experts = x[0], weight[0]
             count = experts.shape[0]
             index = ops.reshape(ops.arange(0, rows.shape[0], 1, dtype=ms.int64), (-1, 1))
@@ -112,7 +116,7 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class MsmonCPUMoEAlltoAllTokenDispatcher(dispatcher):  # type: ignore[misc, valid-type]
         """mindformers' alltoall dispatcher without the device-to-host copy (``MoveTo``) of the split sizes."""
 
-        def __init__(self, config: Any) -> None:
+        def __init__(self, config: Mindformers) -> None:
             super().__init__(config)
             self.d2h = _HostCopy()
 
@@ -120,7 +124,7 @@ def moe_standins(modules: Mapping[str, Any]) -> dict[str, Any]:
     class _HostCopy(_Primitive):
         """``MoveTo(x, "CPU", blocking)`` on a CPU: ``x`` itself."""
 
-        def __call__(self, x: Any, to: str = "CPU", blocking: bool = True) -> Any:
+        def __call__(self, x: Tensor, to: str = "CPU", blocking: bool = True) -> Tensor:
             return x
 
     return {

@@ -6,10 +6,10 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.errors import MsmonError
+from msmon.foreign import ConfigValue
 from msmon.launch_layout import LaunchLayout
 from msmon.runner.launch_command import with_mindformers_yaml
 from msmon.validate.launch import launch_findings
@@ -17,7 +17,7 @@ from msmon.validate.launch import launch_findings
 WORKER_MODULE = "msmon.runner.worker"
 
 
-def check_config(training: dict[str, Any], launch: LaunchLayout) -> None:
+def check_config(training: dict[str, ConfigValue], launch: LaunchLayout) -> None:
     """The config must be a parallel one when it runs on more than one rank, and one that trains on several ranks
     of this device (the mcore models train on one CPU process only); a parallel layout must fit the ranks. The rules
     are validate's (msmon.validate.launch, MS026: `msmon validate --worker-num N` reports them all); the first

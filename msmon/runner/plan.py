@@ -6,7 +6,7 @@ import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import UnionType
 
 from msmon import layout
 from msmon.compat import PipelineLayout, pipeline_layout
@@ -14,6 +14,7 @@ from msmon.config.loader import LoadedConfig, load_config
 from msmon.config.mindformers_yaml import check_run_mode, mindformers_config
 from msmon.config.schema import MonitorSettings
 from msmon.errors import ExitCode, MsmonError
+from msmon.foreign import ConfigValue
 from msmon.launch_layout import LaunchLayout
 from msmon.ops.board import board_argv
 from msmon.ops.doctor import require_runnable
@@ -21,6 +22,7 @@ from msmon.runner import msrun
 from msmon.runner.checkpoints import ResumePoint
 from msmon.runner.launch_command import check_command, msrun_ranks
 from msmon.runner.resume import further_command, resume_point
+from msmon.util.jsonfiles import JsonObject
 from msmon.validate.names import needs_generated_name
 from msmon.validate.validator import ValidationResult, validate
 
@@ -35,14 +37,14 @@ class ResumeRecord:
     max_restarts: int = 0
     restart_backoff_s: float = 10.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """run.json's ``request``: the launch layout's keys beside the overrides and the restart policy."""
         return {"overrides": list(self.overrides), **dataclasses.asdict(self.launch_layout),
                 "msrun_args": list(self.launch_layout.msrun_args), "max_restarts": self.max_restarts,
                 "restart_backoff_s": self.restart_backoff_s}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ResumeRecord:
+    def from_json(cls, data: JsonObject) -> ResumeRecord:
         """run.json's ``request``; MsmonError when it is not one this msmon wrote."""
         found = {name: data.get(name, default) for name, _, _, default in _RECORD_TYPES}
         wrong = [name for name, kind, optional, _ in _RECORD_TYPES
@@ -56,7 +58,7 @@ class ResumeRecord:
 
 
 #: (key, type, may be None, default when absent) of run.json's ``request`` read back as a ResumeRecord.
-_RECORD_TYPES: tuple[tuple[str, Any, bool, Any], ...] = (
+_RECORD_TYPES: tuple[tuple[str, type | UnionType, bool, object], ...] = (
     ("overrides", list | tuple, False, ()), ("worker_num", int, True, None), ("local_worker_num", int, True, None),
     ("master_addr", str, False, "127.0.0.1"), ("master_port", int, False, 8118), ("node_rank", int, True, None),
     ("msrun_args", list | tuple, False, ()), ("max_restarts", int, False, 0),
@@ -64,7 +66,7 @@ _RECORD_TYPES: tuple[tuple[str, Any, bool, Any], ...] = (
 )
 
 
-def _is(value: Any, kind: Any) -> bool:
+def _is(value: object, kind: type | UnionType) -> bool:
     return isinstance(value, kind) and not isinstance(value, bool)
 
 
@@ -105,7 +107,7 @@ class RunPlan:
     request: RunRequest
     loaded: LoadedConfig
     result: ValidationResult
-    training: dict[str, Any]  # what mindformers gets: the run directory's mindformers.yaml
+    training: dict[str, ConfigValue]  # what mindformers gets: the run directory's mindformers.yaml
     run_dir: Path
     cwd: Path
     resume_point: ResumePoint | None = None  # --resume: the checkpoint the first attempt continues from

@@ -13,7 +13,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.anomaly import StopRequest
@@ -22,7 +21,7 @@ from msmon.config.schema import MonitorSettings
 from msmon.status import Attempt, RunStatus
 from msmon.util.atomic import atomic_write_json
 from msmon.util.internal_errors import InternalErrors
-from msmon.util.jsonfiles import read_objects
+from msmon.util.jsonfiles import JsonObject, JsonValue, read_objects
 
 SPEC_ENV = "MSMON_WORKER_SPEC"
 
@@ -98,7 +97,7 @@ class RankSpec:
 class BackendAccounting:
     """What one rank's backends kept and lost."""
 
-    backends: dict[str, dict[str, Any]] = field(default_factory=dict)  # per backend: written, dropped, lost, ...
+    backends: dict[str, JsonObject] = field(default_factory=dict)  # per backend: written, dropped, lost, ...
     records_lost: int | None = None  # records metrics.jsonl did not keep; None without the file backend
     failed_to_close: tuple[str, ...] = ()
 
@@ -120,7 +119,7 @@ class RankResult:
     framework_warnings: int = 0  # the framework's warning and error lines in logs/console.log (the writing rank)
     framework_errors: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "rank": self.rank, "status": self.status.value, "error": self.error, "last_step": self.last_step,
             "dropped_records": self.dropped_records, "alert_count": self.alert_count, "pid": self.pid,
@@ -132,7 +131,7 @@ class RankResult:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RankResult:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> RankResult:
         """A result file's content; ValueError (or KeyError, TypeError) when it is not one."""
         status = RunStatus(data["status"])
         last = data.get("last_step")

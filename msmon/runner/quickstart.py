@@ -13,9 +13,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from msmon.config.datasets import DatasetSpec, spec_of
+from msmon.foreign import Tensor
 
 
 def sequences(spec: DatasetSpec):
@@ -29,7 +29,7 @@ def sequences(spec: DatasetSpec):
     return ((starts + strides * steps) % spec.vocab_size).astype(np.int32)
 
 
-def columns(spec: DatasetSpec, row: Any) -> dict[str, Any]:
+def columns(spec: DatasetSpec, row: Tensor) -> dict[str, Tensor]:
     """One sample's columns: ``input_ids`` (the row), or the shifted mcore columns of ``seq_length`` each."""
     import numpy as np
 

@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -29,6 +28,7 @@ from msmon import layout
 from msmon.anomaly import StopRequest
 from msmon.compat import PipelineLayout
 from msmon.config.schema import MonitorSettings
+from msmon.foreign import ConfigValue
 from msmon.health import HealthMonitor, make_sinks
 from msmon.health.alert import Signal
 from msmon.health.detectors.nonfinite import NonFiniteDetector
@@ -38,7 +38,7 @@ from msmon.ops.ranks import LIVE, diagnose, last_record, rank_states, read_heart
 from msmon.runner import stacks
 from msmon.step_cost import StepCost
 from msmon.util.atomic import atomic_write_json
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import JsonObject, JsonValue, read_json_object
 from msmon.util.numbers import as_number
 from msmon.util.ranks import ranks_text
 
@@ -51,7 +51,7 @@ REQUEST = "request.json"  # in stacks/: node 0 asks the other nodes' watchers fo
 class RankWatcher:
     """Polled by the supervising loop with the ranks this machine runs; ``alert_count`` and ``close()`` at the end."""
 
-    def __init__(self, run_dir: Path, settings: MonitorSettings, config: Mapping[str, Any] | None, *,
+    def __init__(self, run_dir: Path, settings: MonitorSettings, config: Mapping[str, ConfigValue] | None, *,
                  pipeline: PipelineLayout, writer_rank: int, node_rank: int | None) -> None:
         self.run_dir = Path(run_dir)
         self.health = settings.health
@@ -69,7 +69,7 @@ class RankWatcher:
         self._costs = RankCosts(self.health)
         self._started = time.time()
         self._next = 0.0
-        self._served: Any = None
+        self._served: JsonValue = None
 
     @property
     def alert_count(self) -> int:
@@ -131,8 +131,8 @@ class RankWatcher:
             self.monitor.close()
 
     # -- per-rank values --------------------------------------------------------------------------
-    def _check_values(self, beats: dict[int, dict[str, Any]]) -> None:
-        found: list[tuple[int, Signal, dict[str, Any]]] = []
+    def _check_values(self, beats: dict[int, JsonObject]) -> None:
+        found: list[tuple[int, Signal, JsonObject]] = []
         for rank, beat in sorted(beats.items()):
             if rank == self.writer_rank:
                 continue  # the writing rank runs every detector on its own records
@@ -157,7 +157,7 @@ class RankWatcher:
                                 record.get("time"))
 
     # -- step costs: memory growth, the slow rank ------------------------------------------------
-    def _check_costs(self, beats: dict[int, dict[str, Any]]) -> None:
+    def _check_costs(self, beats: dict[int, JsonObject]) -> None:
         reports = {}
         for rank, beat in beats.items():
             listed = beat.get("costs")
@@ -170,7 +170,7 @@ class RankWatcher:
                 self.monitor.report(alert.detector, alert.signal, alert.step, alert.time)
 
     # -- the stall --------------------------------------------------------------------------------
-    def _check_stall(self, beats: dict[int, dict[str, Any]], local: dict[int, psutil.Process]) -> None:
+    def _check_stall(self, beats: dict[int, JsonObject], local: dict[int, psutil.Process]) -> None:
         if self.monitor is None or any(beat.get("state") not in LIVE for beat in beats.values()):
             return  # a rank has ended: the run is ending, not hung
         now = time.time()
@@ -184,7 +184,7 @@ class RankWatcher:
         detail, values = self._where(beats, local, now)
         self.monitor.check_stall(idle, last_step, last_wall, seconds, now, detail, values)
 
-    def _stall(self, monitor: HealthMonitor, beats: dict[int, dict[str, Any]],
+    def _stall(self, monitor: HealthMonitor, beats: dict[int, JsonObject],
                now: float) -> tuple[float, int | None, float | None, list[float]] | None:
         """(idle seconds, the last step that ended, when, recent step seconds) when the stall is due, else None."""
         states = rank_states(beats, now)
@@ -201,8 +201,8 @@ class RankWatcher:
             return None
         return idle, last_step, last_wall, seconds
 
-    def _where(self, beats: dict[int, dict[str, Any]], local: dict[int, psutil.Process],
-               now: float) -> tuple[str, dict[str, Any]]:
+    def _where(self, beats: dict[int, JsonObject], local: dict[int, psutil.Process],
+               now: float) -> tuple[str, JsonObject]:
         """The diagnosis sentence and values: the ranks behind, and the frame of the first one with a stack."""
         stopped = frozenset(rank for rank, proc in local.items() if _stopped(proc))
         world = None if self.node_rank else self.pipeline.world_size
@@ -211,7 +211,7 @@ class RankWatcher:
         remote = self._request_stacks(header, [r for r in diagnosis.culprits if r not in local])
         texts = stacks.collect(self.run_dir, {**remote, **stacks.signal_ranks(self.run_dir, local, header)})
         detail = "; ".join(diagnosis.lines) + "."
-        values: dict[str, Any] = {"ranks": {str(r): line for r, line in diagnosis.how.items()},
+        values: JsonObject = {"ranks": {str(r): line for r, line in diagnosis.how.items()},
                                   "stuck_ranks": diagnosis.culprits}
         frames = {rank: stacks.innermost_frame(text, (beats.get(rank) or {}).get("thread"))
                   for rank, text in sorted(texts.items())}

@@ -14,7 +14,6 @@ import shutil
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -24,10 +23,12 @@ from msmon.compat.internals import ITERATION_FORMAT, checkpoint_section
 from msmon.compat.template import checkpoint_saving
 from msmon.config.loader import override_value
 from msmon.errors import ExitCode, MsmonError
+from msmon.foreign import ConfigValue
 from msmon.run_record import RunRecord, recorded
 from msmon.runner.checkpoints import ITERATION_LAYOUT, RANK_LAYOUT, ResumePoint, latest_checkpoint
 from msmon.status import RunStatus
 from msmon.util import procs
+from msmon.util.jsonfiles import JsonValue
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
@@ -47,7 +48,7 @@ GENERATED_NAME_HINT = ("a run_name that is generated (auto, ${now:...}) names a 
 
 
 def resume_keys(*, fmt: str, parallel: bool, root: str, name: str, link_dir: str,
-                layout_name: str = RANK_LAYOUT) -> dict[str, Any]:
+                layout_name: str = RANK_LAYOUT) -> dict[str, ConfigValue]:
     """The keys that make mindformers 1.8-1.9 resume from CheckpointMonitor's per-rank files
     (``<root>/rank_N/<prefix>_rank_N-<epoch>_<step>.<fmt>``, ``use_legacy_format: True``), measured by training.
 
@@ -80,14 +81,14 @@ def resume_keys(*, fmt: str, parallel: bool, root: str, name: str, link_dir: str
             "auto_trans_ckpt": False}
 
 
-def training_layout(training: Mapping[str, Any], world_size: int) -> dict[str, Any]:
+def training_layout(training: Mapping[str, ConfigValue], world_size: int) -> dict[str, ConfigValue]:
     """What run.json records of a run's layout (``FIXED_KEYS`` and the world size)."""
-    found: dict[str, Any] = {key: dotted_get(training, key) for key in FIXED_KEYS}
+    found: dict[str, ConfigValue] = {key: dotted_get(training, key) for key in FIXED_KEYS}
     found["world_size"] = world_size
     return found
 
 
-def layout_changes(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
+def layout_changes(recorded: Mapping[str, JsonValue] | None, current: Mapping[str, JsonValue]) -> list[str]:
     """``KEY was A, now B`` for each recorded layout value the current plan changes."""
     if not recorded:
         return []
@@ -95,8 +96,8 @@ def layout_changes(recorded: Mapping[str, Any] | None, current: Mapping[str, Any
             if key in current and recorded[key] != current.get(key)]
 
 
-def check_fits(point: ResumePoint, training: Mapping[str, Any], world_size: int,
-               recorded_layout: Mapping[str, Any] | None = None) -> None:
+def check_fits(point: ResumePoint, training: Mapping[str, ConfigValue], world_size: int,
+               recorded_layout: Mapping[str, JsonValue] | None = None) -> None:
     """MsmonError (exit 1, one line) when ``point`` cannot resume this plan: another world size, a layout or batch
     the run did not have, a ``.ckpt`` for an mcore model, a mindformers release whose keys msmon has not proven."""
     where = f"checkpoint {point.path} (step {point.step})"
@@ -127,7 +128,7 @@ def check_fits(point: ResumePoint, training: Mapping[str, Any], world_size: int,
                          ExitCode.INVALID)
 
 
-def resume_overrides(point: ResumePoint, run_dir: Path, training: Mapping[str, Any],
+def resume_overrides(point: ResumePoint, run_dir: Path, training: Mapping[str, ConfigValue],
                      data_position: int | None = None) -> list[str]:
     """``KEY=VALUE`` overrides that make mindformers resume from ``point`` (after the user's own overrides); the
     link directory a single-process safetensors resume needs is (re)made here. ``data_position``: the batches to
@@ -177,14 +178,14 @@ def check_not_completed(record: RunRecord, run_dir: Path, *, total_steps: int | 
                      f"to train it further, give it more steps and resume it: {further}")
 
 
-def further_command(config: str, overrides: Sequence[str], training: Mapping[str, Any]) -> str:
+def further_command(config: str, overrides: Sequence[str], training: Mapping[str, ConfigValue]) -> str:
     """The `msmon run` line that trains a completed run one more epoch, in its own run directory."""
     more = (positive_int(dotted_get(training, "runner_config.epochs")) or 1) + 1
     kept = [item for item in overrides if not item.startswith("runner_config.epochs=")]
     return " ".join(["msmon run", config, *kept, "--resume", f"runner_config.epochs={more}"])
 
 
-def resume_point(run_dir: Path, *, training: Mapping[str, Any], world_size: int, total_steps: int | None,
+def resume_point(run_dir: Path, *, training: Mapping[str, ConfigValue], world_size: int, total_steps: int | None,
                  further: str, joins_run: bool = False) -> ResumePoint:
     """The checkpoint the run at ``run_dir`` resumes from; MsmonError saying why there is none that fits (a completed
     run whose plan has no step past its end: ``check_not_completed``)."""

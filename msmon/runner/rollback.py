@@ -25,12 +25,12 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.anomaly import Anomaly, Rollback, data_position
 from msmon.compat.parallel import samples_per_step
 from msmon.config.health import RollbackSettings
+from msmon.foreign import ConfigValue
 from msmon.runner.checkpoints import ResumePoint, latest_checkpoint, saved_checkpoints
 from msmon.util.jsonfiles import read_jsonl_tail
 
@@ -46,7 +46,7 @@ class DataExhausted(Exception):
 
 
 def choose(run_dir: Path, anomaly: Anomaly, settings: RollbackSettings, earlier: Sequence[Rollback],
-           training: Mapping[str, Any], attempt: int, data_end: int | None) -> tuple[ResumePoint, Rollback]:
+           training: Mapping[str, ConfigValue], attempt: int, data_end: int | None) -> tuple[ResumePoint, Rollback]:
     """The checkpoint to roll back to and the rollback it makes; ``data_end``: the data's batches over every epoch
     (None: unknown). NoCheckpoint when there is none before the onset, DataExhausted when no data is left after the
     bad window."""

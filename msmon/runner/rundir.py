@@ -9,9 +9,8 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -19,6 +18,7 @@ from msmon import layout
 from msmon.config.loader import SECRET_SOURCES, LoadedConfig, apply_overrides
 from msmon.config.mindformers_yaml import mindformers_config, render
 from msmon.errors import MsmonError, describe
+from msmon.foreign import ConfigValue
 from msmon.util.atomic import atomic_write_text
 from msmon.util.files import subdirs
 
@@ -60,7 +60,7 @@ def mask_url_passwords(text: str) -> str:
     return _URL_PASSWORD.sub(r"\g<scheme>\g<user>:***@", text)
 
 
-def redact(resolved: Any, raw: Any) -> Any:
+def redact(resolved: ConfigValue, raw: ConfigValue) -> ConfigValue:
     """``resolved`` with every value that came from an environment interpolation put back unresolved."""
     if isinstance(raw, str) and SECRET_SOURCES.search(raw):
         return raw
@@ -75,7 +75,8 @@ def redact(resolved: Any, raw: Any) -> Any:
     return resolved
 
 
-def write_snapshot(run_dir: Path, text: str, monitor_config: Mapping[str, Any], raw_section: Any) -> None:
+def write_snapshot(run_dir: Path, text: str, monitor_config: Mapping[str, ConfigValue],
+                   raw_section: ConfigValue) -> None:
     """``config.yaml`` (the file as written) and ``monitor_config.resolved.yaml`` (secrets unresolved)."""
     atomic_write_text(run_dir / CONFIG_SNAPSHOT, text)
     safe = redact(dict(monitor_config), raw_section)
@@ -100,7 +101,8 @@ def _json_step(line: str) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def _split_lines(lines: list[str], after_step: int, step_of: Any) -> tuple[list[str], list[str]]:
+def _split_lines(lines: list[str], after_step: int,
+                 step_of: Callable[[str], int | None]) -> tuple[list[str], list[str]]:
     """(kept, superseded): a line whose step is above ``after_step``, and a cut last line, are superseded."""
     kept: list[str] = []
     moved: list[str] = []
@@ -111,7 +113,7 @@ def _split_lines(lines: list[str], after_step: int, step_of: Any) -> tuple[list[
     return kept, moved
 
 
-def _csv_step_reader(header: str) -> Any:
+def _csv_step_reader(header: str) -> Callable[[str], int | None]:
     columns = next(csv.reader(io.StringIO(header)), [])
     index = columns.index("step") if "step" in columns else 0
 

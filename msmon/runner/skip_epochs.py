@@ -13,30 +13,30 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from msmon.engine.wrap import wrap_once
+from msmon.foreign import ConfigValue, Dataset, Passed
 from msmon.util.numbers import positive_int
 
 MODEL_MODULE = "mindspore.train.model"
 
 
-def needed(config: Mapping[str, Any]) -> bool:
+def needed(config: Mapping[str, ConfigValue]) -> bool:
     """The config skips data (``data_skip_steps``, not ignored): msmon set it for an attempt after a rollback."""
     return positive_int(config.get("data_skip_steps")) is not None and not config.get("ignore_data_skip")
 
 
-def data_epoch(train_dataset: Any, sink_mode: bool, sink_size: int) -> int:
+def data_epoch(train_dataset: Dataset, sink_mode: bool, sink_size: int) -> int:
     """The loop epoch the dataset's skipped batches reach (0 when it skips none)."""
     skipped = train_dataset.get_init_step() if hasattr(train_dataset, "get_init_step") else 0
     unit = sink_size if sink_mode and sink_size > 0 else train_dataset.get_dataset_size()
     return int(skipped) // unit if skipped and unit and unit > 0 else 0
 
 
-def _start_at_the_data(train: Callable[..., Any]) -> Callable[..., Any]:
+def _start_at_the_data(train: Callable[..., Passed]) -> Callable[..., Passed]:
     @functools.wraps(train)
-    def wrapper(self: Any, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
-                sink_size: int = -1, initial_epoch: int = 0) -> Any:
+    def wrapper(self: Passed, epoch: int, train_dataset: Dataset, callbacks: Passed = None,
+                dataset_sink_mode: bool = False, sink_size: int = -1, initial_epoch: int = 0) -> Passed:
         initial_epoch = max(initial_epoch, data_epoch(train_dataset, dataset_sink_mode, sink_size))
         return train(self, epoch, train_dataset, callbacks=callbacks, dataset_sink_mode=dataset_sink_mode,
                      sink_size=sink_size, initial_epoch=initial_epoch)
@@ -44,7 +44,7 @@ def _start_at_the_data(train: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def apply_if_needed(config: Mapping[str, Any]) -> bool:
+def apply_if_needed(config: Mapping[str, ConfigValue]) -> bool:
     """Wrap ``Model.train`` (once per process) when ``config`` skips data; True when applied."""
     if not needed(config):
         return False

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from msmon.compat import import_failure, use_legacy
 from msmon.config.datasets import is_generated
 from msmon.errors import MsmonError
+from msmon.foreign import Callback, ConfigValue
 from msmon.runner import cpu_barrier, skip_epochs
 from msmon.runner.quickstart import ensure_dataset
 
@@ -24,7 +24,7 @@ def use_output_dir(log_dir: Path) -> Path:
     return output
 
 
-def ensure_generated_data(training_config: Mapping[str, Any]) -> None:
+def ensure_generated_data(training_config: Mapping[str, ConfigValue]) -> None:
     """Generate the datasets of msmon's cache that the config reads (``${msmon_dataset:NAME}``)."""
     for section in ("train_dataset", "eval_dataset"):
         loader = (training_config.get(section) or {}).get("data_loader") or {}
@@ -50,7 +50,7 @@ def import_framework(log_dir: Path) -> None:
     register_cpu_support()
 
 
-def prepare_mcore(training_config: Mapping[str, Any]) -> None:
+def prepare_mcore(training_config: Mapping[str, ConfigValue]) -> None:
     """For an mcore model (``use_legacy`` false): record its separate losses and MoE routing, and on CPU put msmon's
     stand-ins for the graph pieces without a CPU kernel in place (before the network is built)."""
     if use_legacy(training_config):
@@ -66,7 +66,7 @@ def prepare_mcore(training_config: Mapping[str, Any]) -> None:
     apply_if_needed(training_config)
 
 
-def prepare_training(training_config: Mapping[str, Any]) -> None:
+def prepare_training(training_config: Mapping[str, ConfigValue]) -> None:
     """What msmon does before any Trainer trains (the native form, and the hook in a user's launch): its generated
     datasets, the mcore losses and CPU stand-ins, the CPU barrier of a resumed multi-rank CPU run, the epoch loop of
     a data skip that crosses an epoch."""
@@ -76,7 +76,7 @@ def prepare_training(training_config: Mapping[str, Any]) -> None:
     skip_epochs.apply_if_needed(training_config)
 
 
-def train(config_path: Path, callbacks: list[Any], log_dir: Path) -> None:
+def train(config_path: Path, callbacks: list[Callback], log_dir: Path) -> None:
     """Train from ``config_path`` (``mindformers.yaml``: msmon's keys already removed) as run_mindformer.py would,
     with mindformers' outputs (checkpoints, strategies, its logs) in ``log_dir/output``."""
     import_framework(log_dir)

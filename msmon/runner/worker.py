@@ -17,14 +17,18 @@ import signal
 import sys
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO, cast
 
 import psutil
 import yaml
 
 from msmon import layout
 from msmon.anomaly import StopRequest
+from msmon.config.schema import MonitorSettings
 from msmon.errors import ExitCode, describe
+from msmon.foreign import Callback, ConfigValue
 from msmon.runner import stacks
 from msmon.runner.console import Console, capture_console, show_progress
 from msmon.runner.protocol import BackendAccounting, RankResult, RankSpec, SpecError, write_result
@@ -69,10 +73,10 @@ class Worker:
         self._force = threading.Event()
         self._finishing = threading.Lock()
         self._written = False
-        self._previous: dict[int, Any] = {}
-        self.training: dict[str, Any] = {}  # mindformers.yaml, once monitor() read it
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
+        self.training: dict[str, ConfigValue] = {}  # mindformers.yaml, once monitor() read it
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Flags only (and one wake-up): a first signal asks the training to stop at the next step end, a
         second one wakes the shutdown thread."""
         name = signal.Signals(signum).name
@@ -110,7 +114,7 @@ class Worker:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._on_signal)
 
-    def monitor(self) -> list[Any]:
+    def monitor(self) -> list[Callback]:
         """Open this rank's session (and health, on the writing rank): the callbacks to hand the Trainer."""
         settings = self.spec.settings
         self.stderr.setLevel(logging.INFO if settings.verbose else logging.WARNING)
@@ -178,7 +182,7 @@ class Worker:
             return
         self.session.add_listener(show_progress(self.spec.view, self.console, verbose=verbose))
 
-    def _open_session(self, settings: Any, training: dict[str, Any]) -> None:
+    def _open_session(self, settings: MonitorSettings, training: dict[str, ConfigValue]) -> None:
         if self.scheduler or not (settings.enable_monitor and settings.use_callback):
             return
         from msmon.engine.session import MonitorSession

@@ -6,7 +6,6 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 
 def write_temp(directory: Path, name: str, data: bytes, mode: int | None = None, fsync: bool = True) -> Path:
@@ -43,12 +42,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, fsync: bool = Tru
     atomic_write_bytes(path, text.encode("utf-8"), fsync)
 
 
-def atomic_write_json(path: str | os.PathLike[str], data: Any, fsync: bool = True) -> None:
+def atomic_write_json(path: str | os.PathLike[str], data: object, fsync: bool = True) -> None:
     """Write ``data`` as indented JSON atomically (NaN and Infinity kept as Python's json tokens)."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", fsync=fsync)
 
 
-def rewrite_json(path: Path, data: Any) -> None:
+def rewrite_json(path: Path, data: object) -> None:
     """Replace ``path`` with compact JSON, for a file that one thread alone rewrites often (a heartbeat): a fixed
     temporary name beside it, no fsync, C-encoded JSON (an indent would take the pure-Python encoder)."""
     tmp = path.with_name(f".{path.name}.tmp")

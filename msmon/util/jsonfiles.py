@@ -15,8 +15,13 @@ TAIL_BYTES = 4 * 1024 * 1024
 _DECODER = json.JSONDecoder()
 T = TypeVar("T")
 
+#: A decoded JSON value (a record, an alert, run.json, a state file): outside input, checked where it is read.
+JsonValue = Any
+#: A decoded JSON object, or one msmon is about to write as JSON.
+JsonObject = dict[str, JsonValue]
 
-def _fast_loads() -> Callable[[str], Any] | None:
+
+def _fast_loads() -> Callable[[str], JsonValue] | None:
     """orjson's loads when it is installed (a long run's records decode 3-4x faster; it refuses the NaN/Infinity
     tokens Python writes, and those lines take the json module's path), else None."""
     try:
@@ -36,7 +41,7 @@ class JsonLines:
     ``bad`` holds (line number, reason) of complete lines that are not one JSON object; an unterminated
     last line that does not parse is a write in progress or a killed run: ``truncated_tail``, not bad."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[JsonObject] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # 1-based line number of each row
     bad: list[tuple[int, str]] = field(default_factory=list)
     truncated_tail: bool = False
@@ -47,7 +52,7 @@ class JsonLines:
         return len(self.bad)
 
 
-def parse_object(text: str) -> dict[str, Any]:
+def parse_object(text: str) -> JsonObject:
     """One line as a JSON object (Python's NaN/Infinity tokens accepted); ValueError saying why not."""
     try:
         data = json.loads(text)
@@ -63,7 +68,7 @@ class JsonLine(NamedTuple):
     a newline (a write in progress or a killed run)."""
 
     number: int  # 1-based
-    row: dict[str, Any] | None
+    row: JsonObject | None
     error: str = ""
     cut: bool = False
 
@@ -152,7 +157,7 @@ def _tail(path: Path, max_bytes: int) -> bytes:
     return data[data.find(b"\n") + 1 :] if start else data  # the first line is cut
 
 
-def tail_rows(path: Path, max_bytes: int = TAIL_BYTES) -> Iterator[dict[str, Any]]:
+def tail_rows(path: Path, max_bytes: int = TAIL_BYTES) -> Iterator[JsonObject]:
     """The valid lines among the last ``max_bytes`` of the file, parsed one at a time from the last one
     back (a caller that wants the last record parses one line, not 4 MiB); OSError when it cannot be read."""
     for raw in reversed(_tail(path, max_bytes).split(b"\n")):  # a line cut by a write in progress: no parse, skipped
@@ -163,7 +168,7 @@ def tail_rows(path: Path, max_bytes: int = TAIL_BYTES) -> Iterator[dict[str, Any
                 continue
 
 
-def read_json_object(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> JsonObject:
     """The JSON object in ``path``; OSError when it cannot be read (FileNotFoundError when missing), ValueError
     when it is not one JSON object (half-written, corrupt, or another JSON value)."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -172,7 +177,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_objects(paths: Iterable[Path], parse: Callable[[dict[str, Any]], T]) -> list[T]:
+def read_objects(paths: Iterable[Path], parse: Callable[[JsonObject], T]) -> list[T]:
     """``parse`` of the JSON object in each of ``paths``, in order; a file that cannot be read or that ``parse``
     refuses (ValueError, KeyError, TypeError) is left out."""
     found = []

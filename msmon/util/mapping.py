@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from msmon.foreign import ConfigValue
+from msmon.util.jsonfiles import JsonObject, JsonValue
 
 
-def dotted_get(data: Any, dotted: str, default: Any = None) -> Any:
+def dotted_get(data: ConfigValue, dotted: str, default: ConfigValue = None) -> ConfigValue:
     """``data["a"]["b"]["c"]`` for ``"a.b.c"``, or ``default`` when a part is missing or not a mapping."""
     node = data
     for part in dotted.split("."):
@@ -16,9 +18,9 @@ def dotted_get(data: Any, dotted: str, default: Any = None) -> Any:
     return node
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, JsonValue], prefix: str = "") -> JsonObject:
     """``{"a.b.c": leaf}`` from nested mappings; lists and empty mappings are leaves."""
-    flat: dict[str, Any] = {}
+    flat: JsonObject = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:

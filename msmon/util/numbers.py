@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from msmon.util.jsonfiles import JsonObject, JsonValue
 
 #: A normal sample's standard deviation over its median absolute deviation (a MAD scaled to a sigma).
 MAD_TO_SIGMA = 1.4826
@@ -17,7 +18,7 @@ NONFINITE_STRINGS: dict[str, float] = {
 }
 
 
-def as_number(value: Any, *, parse_strings: bool = False) -> float | None:
+def as_number(value: object, *, parse_strings: bool = False) -> float | None:
     """``value`` as a float (NaN/Inf kept), or None when it is not a number (a bool is not).
 
     Strings spelling NaN/Inf ("NaN", "+inf", "Infinity") always count; with ``parse_strings`` any numeric
@@ -40,13 +41,13 @@ def as_number(value: Any, *, parse_strings: bool = False) -> float | None:
     return None
 
 
-def with_nonfinite_floats(record: dict[str, Any]) -> dict[str, Any]:
+def with_nonfinite_floats(record: JsonObject) -> JsonObject:
     """A copy of ``record`` whose strings spelling NaN/Inf ("NaN", "Infinity", "+inf") are floats."""
     return {key: NONFINITE_STRINGS.get(value.strip().lower(), value) if isinstance(value, str) else value
             for key, value in record.items()}
 
 
-def positive_int(value: Any) -> int | None:
+def positive_int(value: object) -> int | None:
     """``value`` as an int > 0 (an integral float counts), else None."""
     number = as_number(value)
     if number is None or not math.isfinite(number) or number <= 0 or not number.is_integer():
@@ -54,7 +55,7 @@ def positive_int(value: Any) -> int | None:
     return int(number)
 
 
-def fmt_number(value: Any, digits: int = 4) -> str:
+def fmt_number(value: object, digits: int = 4) -> str:
     """A metric value for people: ``digits`` significant digits, NaN/+Inf/-Inf spelled out, None as '-'."""
     if value is None:
         return "-"
@@ -79,7 +80,7 @@ def nonfinite_kind(value: float) -> str | None:
     return None
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: JsonValue) -> JsonValue:
     """``value`` with non-finite floats replaced by the strings "NaN", "Infinity", "-Infinity" (strict JSON;
     ``as_number`` reads them back)."""
     if isinstance(value, float) and not math.isfinite(value):

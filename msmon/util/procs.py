@@ -8,7 +8,6 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 import psutil
 
@@ -20,7 +19,7 @@ def alive(proc: psutil.Process) -> bool:
         return False
 
 
-def on_this_host(host: Any) -> bool:
+def on_this_host(host: object) -> bool:
     """Whether ``host`` (a recorded host name) is this machine."""
     return isinstance(host, str) and host in (socket.gethostname(), platform.node())
 

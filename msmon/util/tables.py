@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+
+from msmon.foreign import ConfigValue
 
 
-def shipped_rows(module_file: str, table: str) -> list[dict[str, Any]]:
+def shipped_rows(module_file: str, table: str) -> list[dict[str, ConfigValue]]:
     """The rows ``[[table]]`` of the TOML file beside ``module_file`` with its name (``launch_flags.toml`` for
     ``launch_flags.py``)."""
     with Path(module_file).with_suffix(".toml").open("rb") as handle:

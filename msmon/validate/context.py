@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon.config.loader import LoadedConfig
 from msmon.config.schema import MonitorSettings
+from msmon.foreign import ConfigValue
 from msmon.launch_layout import LaunchLayout
 from msmon.util.mapping import dotted_get
 
@@ -17,15 +17,15 @@ class CheckContext:
     """Inputs shared by the checks; ``training`` is the resolved config without unresolvable sections."""
 
     loaded: LoadedConfig
-    training: dict[str, Any]
-    section: dict[str, Any]
+    training: dict[str, ConfigValue]
+    section: dict[str, ConfigValue]
     settings: MonitorSettings
     resume: bool = False
     deep: bool = False  # read mindformers' registry again instead of msmon's cache
     cwd: Path = field(default_factory=Path.cwd)
     launch: LaunchLayout | None = None  # the launch to check as msmon run would (MS026); None: no launch
 
-    def get(self, dotted: str, default: Any = None) -> Any:
+    def get(self, dotted: str, default: ConfigValue = None) -> ConfigValue:
         """A value of the resolved training config by dotted path."""
         return dotted_get(self.training, dotted, default)
 

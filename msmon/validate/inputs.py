@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from msmon.config.datasets import is_generated
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.validate.context import CheckContext
 
 #: The code of every finding about an input the training reads: on a workstation a cluster's config lacks them all.
@@ -56,7 +56,7 @@ def check_inputs(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-def _paths(value: Any) -> list[str]:
+def _paths(value: ConfigValue) -> list[str]:
     if isinstance(value, str) and value.strip():
         return [value.strip()]
     if isinstance(value, list):

@@ -19,11 +19,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from msmon.compat import import_failure
 from msmon.compat.job_keys import CONFIG_METHODS, TOP_LEVEL_READERS
+from msmon.foreign import ConfigValue, Mindformers
 from msmon.util.atomic import atomic_write_json
+from msmon.util.jsonfiles import JsonObject
 
 #: What a parameter's default (or, without one, its annotation) says about the values it takes.
 NUMBER_ANNOTATIONS = {int, float, "int", "float"}
@@ -44,7 +45,7 @@ def parameter_kind(parameter: inspect.Parameter) -> str:
     return "text" if isinstance(default, str) else "other"
 
 
-def constructor(cls: Any) -> dict[str, Any] | None:
+def constructor(cls: Mindformers) -> dict[str, ConfigValue] | None:
     """``{"params": [[name, kind], ...], "kwargs": takes **kwargs}`` of what ``cls(**args)`` accepts; None when
     Python cannot tell (a builtin type: any argument is then accepted)."""
     try:
@@ -57,7 +58,7 @@ def constructor(cls: Any) -> dict[str, Any] | None:
     return {"params": params, "kwargs": takes_kwargs}
 
 
-def value_kind(value: Any) -> str:
+def value_kind(value: ConfigValue) -> str:
     """A template default's kind, as ``parameter_kind`` names them."""
     if isinstance(value, bool):
         return "bool"
@@ -66,7 +67,7 @@ def value_kind(value: Any) -> str:
     return "none" if value is None else "text" if isinstance(value, str) else "other"
 
 
-def template() -> dict[str, Any]:
+def template() -> dict[str, ConfigValue]:
     """mindformers' config template: every section (its keys and their default's kind, whether an unknown key
     raises), the general keys, and the sections a training applies (with ``do_eval`` the evaluation's too)."""
     from mindformers.tools.register import template as mf_template
@@ -119,7 +120,7 @@ def trainer_reads(package: Path) -> list[str]:
     return sorted(keys)
 
 
-def registry_payload() -> dict[str, Any]:
+def registry_payload() -> JsonObject:
     """The whole payload (imports transformers and mindformers); ``{"error": ...}`` when mindformers fails."""
     names: dict[str, list[str]] = {}
     try:

@@ -12,17 +12,17 @@ mindformers' type checks refuse text (``args_type_check``) where they check, and
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from msmon.compat.job_keys import MSMON_SECTIONS
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.util.numbers import as_number
 from msmon.validate.context import CheckContext
 from msmon.validate.job_types import constructor_of, typed_sections
 from msmon.validate.registry_cache import Builtins, JobSchema, ValueKind, load_builtins
 
 
-def _template_numbers(ctx: CheckContext, schema: JobSchema) -> Iterator[tuple[str, Any]]:
+def _template_numbers(ctx: CheckContext, schema: JobSchema) -> Iterator[tuple[str, ConfigValue]]:
     for param in schema.general.keys:
         if param.kind is ValueKind.NUMBER and param.name in ctx.training:
             yield param.name, ctx.training[param.name]
@@ -34,7 +34,7 @@ def _template_numbers(ctx: CheckContext, schema: JobSchema) -> Iterator[tuple[st
                     yield f"{section.name}.{param.name}", value[param.name]
 
 
-def _argument_numbers(ctx: CheckContext, builtins: Builtins) -> Iterator[tuple[str, Any]]:
+def _argument_numbers(ctx: CheckContext, builtins: Builtins) -> Iterator[tuple[str, ConfigValue]]:
     for section in typed_sections(ctx):
         _, ctor = constructor_of(builtins, section)
         if ctor is None or not section.passes_arguments:
@@ -50,7 +50,7 @@ def _overridden(ctx: CheckContext, path: str) -> bool:
     return any(dotted == key.replace("[", ".").replace("]", "") for key in ctx.loaded.override_keys)
 
 
-def number_finding(ctx: CheckContext, path: str, value: Any) -> Finding | None:
+def number_finding(ctx: CheckContext, path: str, value: ConfigValue) -> Finding | None:
     """MS025 for a number written as text; None for anything else (a number, null, a list: other checks')."""
     if not isinstance(value, str):
         return None

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from msmon.compat import use_legacy
 from msmon.compat.job_keys import ARGUMENT_LOCATIONS, CONSUMED_KEYS, TYPE_REGISTRIES
 from msmon.config.coerce import suggest
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import CPU_WRAPPER
 from msmon.validate.registry import auto_registered
@@ -37,7 +37,7 @@ class TypedSection:
     location: str  # the TYPE_REGISTRIES key: ``callbacks[]``, ``optimizer``
     path: str  # its dotted path in the config: ``callbacks[1]``
     registry: str  # the MindFormerModuleType its class is looked up in
-    values: Mapping[str, Any]
+    values: Mapping[str, ConfigValue]
 
     @property
     def type_name(self) -> str:
@@ -48,7 +48,7 @@ class TypedSection:
         """Whether mindformers hands the section's other keys to the class's constructor."""
         return self.location in ARGUMENT_LOCATIONS
 
-    def arguments(self) -> Iterator[tuple[str, Any]]:
+    def arguments(self) -> Iterator[tuple[str, ConfigValue]]:
         """(key, value) of every key the constructor receives."""
         return ((k, v) for k, v in self.values.items() if isinstance(k, str) and k not in CONSUMED_KEYS)
 

@@ -9,12 +9,12 @@ one CPU process, and only ``run_mode`` train and finetune train.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.compat import LAYOUT_KEYS, MCORE_CPU_RANKS, expected_world_size, lays_out_ranks, use_legacy
 from msmon.config.mindformers_yaml import check_run_mode
 from msmon.errors import MsmonError
 from msmon.findings import Finding, error
+from msmon.foreign import ConfigValue
 from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 from msmon.validate.context import CheckContext
@@ -22,7 +22,7 @@ from msmon.validate.context import CheckContext
 CODE = "MS026"
 
 
-def launch_findings(training: Mapping[str, Any], worker_num: int | None) -> list[Finding]:
+def launch_findings(training: Mapping[str, ConfigValue], worker_num: int | None) -> list[Finding]:
     """What ``msmon run`` refuses in ``training`` (resolved) started on ``worker_num`` ranks (None: one process),
     in the order it checks them."""
     n = worker_num

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from msmon.compat import (
     MONITOR_FORMAT_KEYS,
@@ -23,6 +22,7 @@ from msmon.compat import (
 from msmon.config.health import PROFILE_DETECTORS
 from msmon.config.profiler import PROFILE_KEY, own_profiler
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.util.numbers import fmt_number
 from msmon.validate.context import CheckContext
 
@@ -40,7 +40,7 @@ def _monitor_on(ctx: CheckContext) -> bool:
     return ctx.get(f"{BASE}.monitor_on") is True
 
 
-def _formats(value: Any) -> set[str]:
+def _formats(value: ConfigValue) -> set[str]:
     return {str(v) for v in value} if isinstance(value, list) else ({str(value)} if value else set())
 
 

@@ -7,12 +7,11 @@ breaks one stops after the imports, the data and the model config, long after ``
 
 from __future__ import annotations
 
-from typing import Any
-
 from msmon.compat import MOE_RULES, known, package_version, use_legacy
 from msmon.config.metrics import MOE_EXPERT_KEYS, TOP_K_KEYS
 from msmon.errors import MsmonError
 from msmon.findings import Finding, error
+from msmon.foreign import ConfigValue
 from msmon.validate.context import CheckContext
 
 MODEL = "model.model_config"
@@ -21,7 +20,7 @@ GROUPED_KEYS = ("moe_grouped_gemm", "use_gmm")
 BALANCING_KEY = "moe_router_load_balancing_type"
 
 
-def _first(ctx: CheckContext, keys: tuple[str, ...]) -> tuple[str, Any]:
+def _first(ctx: CheckContext, keys: tuple[str, ...]) -> tuple[str, ConfigValue]:
     """(the dotted path of the first of ``keys`` the model config sets, its value), else (the first key's, None)."""
     for key in keys:
         if ctx.has(f"{MODEL}.{key}"):
@@ -29,7 +28,7 @@ def _first(ctx: CheckContext, keys: tuple[str, ...]) -> tuple[str, Any]:
     return f"{MODEL}.{keys[0]}", None
 
 
-def _int(value: Any) -> int | None:
+def _int(value: ConfigValue) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -48,7 +47,7 @@ def check_moe(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-def _graph_rules(ctx: CheckContext, rules: Any, experts_path: str, experts: int | None) -> list[Finding]:
+def _graph_rules(ctx: CheckContext, rules: ConfigValue, experts_path: str, experts: int | None) -> list[Finding]:
     findings: list[Finding] = []
     path, grouped = _first(ctx, GROUPED_KEYS)
     if grouped is not True:

@@ -13,9 +13,9 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.validate.context import CheckContext
 from msmon.validate.registry_cache import load_builtins
 
@@ -29,7 +29,7 @@ class Registration:
     path: str  # dotted config path of the auto_register key
 
 
-def _auto_registers(node: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+def _auto_registers(node: ConfigValue, prefix: str = "") -> Iterator[tuple[str, str]]:
     if isinstance(node, Mapping):
         for key, value in node.items():
             dotted = f"{prefix}.{key}" if prefix else str(key)

@@ -23,12 +23,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from msmon.compat import package_version
 from msmon.config.datasets import cache_dir
 from msmon.util.atomic import atomic_write_json
 from msmon.util.files import file_lock
+from msmon.util.jsonfiles import JsonObject, JsonValue
 
 REGISTRY_PACKAGES = ("transformers", "mindformers", "mindspore")
 #: The payload's layout (msmon.validate.introspect); a new layout gets new entries.
@@ -119,13 +119,13 @@ class Builtins:
     schema: JobSchema | None = None
 
 
-def _constructor(data: Any) -> Constructor | None:
+def _constructor(data: JsonValue) -> Constructor | None:
     if not isinstance(data, dict):
         return None
     return Constructor(tuple(Parameter(name, ValueKind(kind)) for name, kind in data["params"]), bool(data["kwargs"]))
 
 
-def _schema(data: dict[str, Any]) -> JobSchema:
+def _schema(data: JsonObject) -> JobSchema:
     sections = {name: Section(name, tuple(Parameter(k, ValueKind(v)) for k, v in section["keys"].items()),
                               bool(section["strict"]), bool(section["list"]))
                 for name, section in data["template"]["sections"].items()}
@@ -133,7 +133,7 @@ def _schema(data: dict[str, Any]) -> JobSchema:
                      frozenset(data["reads"]))
 
 
-def from_payload(data: dict[str, Any]) -> Builtins:
+def from_payload(data: JsonObject) -> Builtins:
     """The typed values of a cache entry (msmon.validate.introspect's payload, or its ``{"error": ...}``)."""
     if "error" in data:
         return Builtins({}, str(data["error"]))
@@ -214,7 +214,7 @@ def _build_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def _run_introspection() -> tuple[dict[str, Any], float]:
+def _run_introspection() -> tuple[JsonObject, float]:
     """The child's payload and how long it took (mindformers imported there, never here)."""
     import subprocess
     import tempfile

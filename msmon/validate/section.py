@@ -4,7 +4,6 @@ mindformers release (MS0xx, MS501)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.compat import (
     MONITOR_CONFIG_KEYS,
@@ -17,6 +16,7 @@ from msmon.compat import (
 from msmon.config.coerce import build, suggest
 from msmon.config.schema import BACKENDS, MINDFORMERS_MONITOR_KEYS, MonitorSettings
 from msmon.findings import Finding, error
+from msmon.foreign import ConfigValue
 
 PATH = "monitor_config"
 
@@ -32,7 +32,7 @@ MINDFORMERS_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _normalize_backends(section: dict[str, Any], findings: list[Finding]) -> None:
+def _normalize_backends(section: dict[str, ConfigValue], findings: list[Finding]) -> None:
     """Accept one backend name or a list; report unknown names with a suggestion."""
     value = section.get("monitor_type")
     if isinstance(value, str):
@@ -49,7 +49,7 @@ def _normalize_backends(section: dict[str, Any], findings: list[Finding]) -> Non
     section["monitor_type"] = list(dict.fromkeys(kept))
 
 
-def _check_mindformers_keys(section: Mapping[str, Any]) -> list[Finding]:
+def _check_mindformers_keys(section: Mapping[str, ConfigValue]) -> list[Finding]:
     findings = []
     for key, expected in MINDFORMERS_TYPES.items():
         if key not in section or section[key] is None:
@@ -70,7 +70,7 @@ def _check_mindformers_keys(section: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def check_release_keys(section: Mapping[str, Any], version: str | None) -> list[Finding]:
+def check_release_keys(section: Mapping[str, ConfigValue], version: str | None) -> list[Finding]:
     """mindformers keys of another release that the installed one does not know (MS005), and mindformers'
     monitoring keys that belong outside monitor_config (MS001)."""
     findings = []
@@ -88,7 +88,7 @@ def check_release_keys(section: Mapping[str, Any], version: str | None) -> list[
     return findings
 
 
-def check_section(section: Any) -> tuple[MonitorSettings, list[Finding]]:
+def check_section(section: ConfigValue) -> tuple[MonitorSettings, list[Finding]]:
     """Build msmon's settings from the resolved section; every problem becomes a finding."""
     if not isinstance(section, Mapping):
         return MonitorSettings(), [

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -25,6 +24,7 @@ from msmon.config.coerce import misspelling_of, suggest
 from msmon.config.launch_flags import LAUNCH_FLAGS
 from msmon.config.loader import LoadedConfig
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.validate.context import CheckContext
 from msmon.validate.registry_cache import JobSchema, load_builtins
 
@@ -40,7 +40,7 @@ _SAVING_KEYS = {new: old for old, new in CHECKPOINT_SECTION_KEYS.items()
                 if new in ("save_interleaved_steps", "save_max", "prefix", "save_path")}
 
 
-def _strings(node: Any) -> Iterator[str]:
+def _strings(node: ConfigValue) -> Iterator[str]:
     if isinstance(node, Mapping):
         for value in node.values():
             yield from _strings(value)

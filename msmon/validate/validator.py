@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -17,7 +17,9 @@ from msmon.config.loader import LoadedConfig, _now
 from msmon.config.schema import MINDFORMERS_MONITOR_KEYS, MonitorSettings
 from msmon.errors import first_line
 from msmon.findings import Finding, error, warning
+from msmon.foreign import ConfigValue
 from msmon.launch_layout import LaunchLayout
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.mapping import dotted_get
 from msmon.validate.backends import check_backends
 from msmon.validate.context import CheckContext
@@ -58,7 +60,7 @@ class ValidationResult:
 
     findings: list[Finding]
     settings: MonitorSettings
-    training: dict[str, Any]
+    training: dict[str, ConfigValue]
     provenance: dict[str, str] = field(default_factory=dict)
     has_monitor_config: bool = True
     total_steps: int | None = None
@@ -85,7 +87,7 @@ class ValidationResult:
                or f.path.startswith("monitor_config.") and f.path.split(".")[1].split("[")[0] in MSMON_KEYS]
         return own, [f for f in self.findings if f not in own]
 
-    def monitor_config(self) -> dict[str, Any]:
+    def monitor_config(self) -> dict[str, ConfigValue]:
         """msmon's resolved keys plus mindformers' own keys as written."""
         data = dataclasses.asdict(self.settings)
         section = self.training.get("monitor_config")
@@ -93,7 +95,7 @@ class ValidationResult:
             data.update({k: v for k, v in section.items() if k in MINDFORMERS_MONITOR_KEYS})
         return data
 
-    def to_json(self, config_path: str | None) -> dict[str, Any]:
+    def to_json(self, config_path: str | None) -> JsonObject:
         return {
             "valid": self.valid,
             "config": config_path,
@@ -104,7 +106,7 @@ class ValidationResult:
         }
 
 
-def resolve_leniently(loaded: LoadedConfig) -> tuple[dict[str, Any], list[Finding]]:
+def resolve_leniently(loaded: LoadedConfig) -> tuple[dict[str, ConfigValue], list[Finding]]:
     """Resolve interpolations; each unresolvable key becomes a finding and is set to null."""
     conf = cast(DictConfig, OmegaConf.create(OmegaConf.to_container(loaded.conf, resolve=False)))
     findings: list[Finding] = []
@@ -131,7 +133,7 @@ def resolve_leniently(loaded: LoadedConfig) -> tuple[dict[str, Any], list[Findin
     return {}, findings
 
 
-def _provenance(loaded: LoadedConfig, section: dict[str, Any], generated: set[str],
+def _provenance(loaded: LoadedConfig, section: dict[str, ConfigValue], generated: set[str],
                 rejected: set[str]) -> dict[str, str]:
     """Where each setting's value comes from; ``rejected``: the dotted paths with an error finding (their value
     as written is not used: the table shows the default)."""
@@ -212,10 +214,10 @@ def _overridden(loaded: LoadedConfig, path: str) -> bool:
 
 
 def validate_config(
-    config: str | Path | dict[str, Any] | None = None,
+    config: str | Path | dict[str, ConfigValue] | None = None,
     overrides: list[str] | None = None,
     *,
-    monitor_config: dict[str, Any] | None = None,
+    monitor_config: dict[str, ConfigValue] | None = None,
     resume: bool = False,
     deep: bool = False,
 ) -> ValidationResult:

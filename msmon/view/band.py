@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from msmon.config.coerce import build
 from msmon.config.health import ReferenceDriftSettings
 from msmon.errors import MsmonError
 from msmon.reference.band import ReferenceBand, reference_band
 from msmon.reference.sources.run_dir import run_global_batch
+from msmon.util.jsonfiles import JsonObject
 from msmon.view.series import RunData
 
 #: Points of a band's edges drawn per metric (the band is smooth: every k-th grid step keeps its shape).
@@ -19,7 +19,7 @@ MAX_BAND_POINTS = 1000
 DRIFT_DETECTOR = "reference_drift"
 
 
-def band_overlays(band: ReferenceBand) -> dict[str, dict[str, Any]]:
+def band_overlays(band: ReferenceBand) -> dict[str, JsonObject]:
     """metric -> ``{x, low, high, label}``: the band's edges at the run's steps (the references' steps divided by the
     band's step scale), at most ``MAX_BAND_POINTS`` of them."""
     overlays = {}
@@ -37,7 +37,7 @@ def band_overlays(band: ReferenceBand) -> dict[str, dict[str, Any]]:
     return overlays
 
 
-def with_bands(panels: list[dict[str, Any]], band: ReferenceBand | None) -> list[dict[str, Any]]:
+def with_bands(panels: list[JsonObject], band: ReferenceBand | None) -> list[JsonObject]:
     """The plot panels, each metric the band covers carrying its edges (key ``band``)."""
     overlays = band_overlays(band) if band is not None else {}
     return [{**p, "band": overlays[p["metric"]]} if p["metric"] in overlays else p for p in panels]
@@ -62,7 +62,7 @@ def run_band(run: RunData) -> tuple[ReferenceBand | None, list[str]]:
         return None, [f"the reference band is not drawn: {exc.message}"]
 
 
-def drift_partings(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def drift_partings(alerts: list[JsonObject]) -> list[JsonObject]:
     """The steps where the run left its references' band, as the plotting script marks them: each
     ``reference_drift`` alert's first parted step and its metric."""
     partings = []

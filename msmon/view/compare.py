@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon.config.hyperparameters import config_key_rank
 from msmon.errors import ExitCode, MsmonError
+from msmon.foreign import ConfigValue
 from msmon.reference.parting import Verdict
 from msmon.util.mapping import flatten
 from msmon.util.numbers import fmt_number
@@ -21,7 +21,7 @@ from msmon.view.sketch import median
 MISSING = "<absent>"
 
 
-def differing_keys(configs: list[dict[str, Any]]) -> list[tuple[str, list[Any]]]:
+def differing_keys(configs: list[dict[str, ConfigValue]]) -> list[tuple[str, list[ConfigValue]]]:
     """Keys whose values are not the same in every config (absent counts as a value), hyperparameters first
     (``msmon.config.hyperparameters``)."""
     flats = [flatten(c) for c in configs]
@@ -73,10 +73,10 @@ class Comparison:
 
     runs: list[RunData]
     labels: list[str]
-    diff: list[tuple[str, list[Any]]]
+    diff: list[tuple[str, list[ConfigValue]]]
     summaries: list[RunSummary]
     notes: list[str]
-    monitor_diff: list[tuple[str, list[Any]]] = field(default_factory=list)
+    monitor_diff: list[tuple[str, list[ConfigValue]]] = field(default_factory=list)
 
     def no_diff_text(self) -> str:
         """What to say when no key differs."""
@@ -112,7 +112,7 @@ def compare_runs(paths: list[str | Path]) -> Comparison:
     return Comparison(runs, labels, differing_keys(configs), summaries, notes, differing_keys(monitors))
 
 
-def show_value(value: Any) -> str:
+def show_value(value: object) -> str:
     """A config value as short text."""
     if value is MISSING or value == MISSING:
         return MISSING

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Any
 
 from msmon.config.metrics import GROUP_NORM_PREFIX
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import nonfinite_kind
 from msmon.view.run_records import group_norms
 from msmon.view.series import RunData
@@ -38,7 +38,7 @@ def _strength(cell: float | str | None) -> float:
     return math.inf if isinstance(cell, str) else abs(cell)
 
 
-def heatmap(run: RunData, max_columns: int = MAX_COLUMNS, prefix: str = GROUP_NORM_PREFIX) -> dict[str, Any] | None:
+def heatmap(run: RunData, max_columns: int = MAX_COLUMNS, prefix: str = GROUP_NORM_PREFIX) -> JsonObject | None:
     """``{"groups", "baseline", "starts", "ends", "cells"}`` (``cells[g][c]``: group g in step bucket c), or None
     when the run recorded no series of ``prefix``."""
     norms = group_norms(run.records, prefix)

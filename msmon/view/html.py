@@ -7,13 +7,13 @@ import json
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from msmon import __version__
 from msmon.anomaly import rollbacks_of
 from msmon.config.metrics import is_expert_tokens, is_group_key
 from msmon.errors import MsmonError
 from msmon.util.atomic import atomic_write_text
+from msmon.util.jsonfiles import JsonObject, JsonValue
 from msmon.util.numbers import as_number
 from msmon.view.series import PLOT_METRICS, RunData
 
@@ -25,7 +25,7 @@ LABELS: dict[str, str] = {"throughput": "throughput (tokens/s)", "step_time_ms":
                           "tflops_per_device": "TFLOPS per device", "mfu": "MFU (model FLOPs utilisation)"}
 
 
-def fmt_time(value: Any) -> str:
+def fmt_time(value: JsonValue) -> str:
     """A unix time as local ISO text; other values as given."""
     number = as_number(value)
     if number is not None and math.isfinite(number):
@@ -49,7 +49,7 @@ def panel_metrics(runs: list[RunData]) -> list[str]:
     return list(seen)
 
 
-def panel(metric: str, runs: list[RunData]) -> dict[str, Any]:
+def panel(metric: str, runs: list[RunData]) -> JsonObject:
     """One plot panel: the metric's series of every run (downsampled for drawing)."""
     series = []
     for index, run in enumerate(runs):
@@ -60,20 +60,20 @@ def panel(metric: str, runs: list[RunData]) -> dict[str, Any]:
     return {"metric": metric, "label": LABELS.get(metric, metric), "series": series, "group": group}
 
 
-def rollback_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
+def rollback_rows(info: JsonObject) -> list[JsonObject]:
     """The run's rollbacks as the plotting script draws them: the stretch from the checkpoint's step to the alert,
     trained again on other data, with its label."""
     return [{"step": r.checkpoint_step, "until": r.alert_step, "label": f"rollback: {r.describe()}"}
             for r in rollbacks_of(info)]
 
 
-def script_json(data: Any) -> str:
+def script_json(data: object) -> str:
     """JSON safe inside a <script> element (no NaN: non-finite points travel as markers)."""
     text = json.dumps(data, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render(template: str, title: str, data: dict[str, Any], panels: list[dict[str, Any]], **context: Any) -> str:
+def render(template: str, title: str, data: JsonObject, panels: list[JsonObject], **context: object) -> str:
     """A complete page from ``template`` (autoescaped), with the stylesheet, the data and the script inlined."""
     import jinja2
 

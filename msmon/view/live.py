@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -22,6 +22,7 @@ from rich.text import Text
 from msmon.listener import Listener, SessionStatus
 from msmon.util import internal_errors
 from msmon.util.durations import format_duration
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import as_number, fmt_number
 from msmon.view.progress import METRICS, StepClock
 
@@ -68,8 +69,8 @@ class LiveView(Listener):
         self.clock = StepClock(total_steps)
         self.console = console
         self.history: dict[str, deque[float]] = {key: deque(maxlen=HISTORY) for key, _ in METRICS}
-        self.latest: dict[str, Any] = {}
-        self.alerts: deque[dict[str, Any]] = deque(maxlen=3)
+        self.latest: JsonObject = {}
+        self.alerts: deque[JsonObject] = deque(maxlen=3)
         self.alert_total = 0
         self.status: SessionStatus | None = None
         self.started = time.time()
@@ -87,7 +88,7 @@ class LiveView(Listener):
         return self
 
     # -- listener side (the session's writer thread): store only ---------------------------------
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         with self._lock:
             self.latest = record
             self.clock.add_record(record)
@@ -96,7 +97,7 @@ class LiveView(Listener):
                 if value is not None:
                     self.history[key].append(value)
 
-    def on_alert(self, alert: dict[str, Any]) -> None:
+    def on_alert(self, alert: JsonObject) -> None:
         with self._lock:
             self.alerts.append(alert)
             self.alert_total += 1

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from msmon.errors import MsmonError
+from msmon.foreign import BackendClient
 from msmon.util.numbers import as_number
 from msmon.view.html import LABELS, PALETTE, panel_metrics, rollback_rows
 from msmon.view.series import PLOT_METRICS, RunData
 
 
-def _draw(ax: Any, metric: str, runs: list[RunData], alerts: bool) -> None:
+def _draw(ax: BackendClient, metric: str, runs: list[RunData], alerts: bool) -> None:
     for index, run in enumerate(runs):
         drawn = run.sketch(metric).draw()
         color = PALETTE[index % len(PALETTE)]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.probe import read_marks, window_dirs
 from msmon.probe.against_baseline import compare, per_step
 from msmon.probe.purpose import Purpose, read_purposes
 from msmon.probe.summary import ProfileSummary, read_summary
+from msmon.util.jsonfiles import JsonObject
 
 #: Operator types a profile's table shows (the most time a step first).
 TABLE_ROWS = 15
@@ -92,7 +92,7 @@ def _view(path: str, summary: ProfileSummary, why: str, baseline: ProfileSummary
     return ProfileView(path, summary.rank, summary.first_step, summary.last_step, why, text, rows)
 
 
-def window_marks(views: list[ProfileView]) -> list[dict[str, Any]]:
+def window_marks(views: list[ProfileView]) -> list[JsonObject]:
     """The profiled windows as the plotting script marks them (one per window, its ranks named)."""
     windows: dict[tuple[int, int], list[ProfileView]] = {}
     for view in views:

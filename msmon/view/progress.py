@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from typing import Any, TextIO
+from typing import TextIO
 
 from msmon.listener import Listener, SessionStatus
 from msmon.util.durations import format_duration
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import as_number, fmt_number
 
 #: (record key, label) of the metrics a progress line or the panel shows.
@@ -27,13 +28,13 @@ class StepClock:
     def add(self, step: int, when: float) -> None:
         self.points.append((step, when))
 
-    def add_record(self, record: dict[str, Any]) -> None:
+    def add_record(self, record: JsonObject) -> None:
         """Add a record's (step, time) when it has both."""
         step, when = record.get("step"), as_number(record.get("time"))
         if isinstance(step, int) and when is not None:
             self.add(step, when)
 
-    def learn_total(self, total: Any) -> None:
+    def learn_total(self, total: object) -> None:
         """Take the planned step count when the config did not state it (the training knows it)."""
         if self.total_steps is None and isinstance(total, int) and total > 0:
             self.total_steps = total
@@ -53,7 +54,7 @@ class StepClock:
         return max(0.0, (self.total_steps - step) / rate)
 
 
-def plain_line(record: dict[str, Any], clock: StepClock) -> str:
+def plain_line(record: JsonObject, clock: StepClock) -> str:
     """One line per logged step: step/total, the main metrics, ETA."""
     total = f"/{clock.total_steps}" if clock.total_steps else ""
     parts = [f"step {record.get('step')}{total}"]
@@ -93,12 +94,12 @@ class PlainView(Listener):
     def flush(self) -> None:
         """Every write is flushed."""
 
-    def on_record(self, record: dict[str, Any]) -> None:
+    def on_record(self, record: JsonObject) -> None:
         self.clock.add_record(record)
         if not self.verbose:
             self.print_above(plain_line(record, self.clock) + "\n")
 
-    def on_alert(self, alert: dict[str, Any]) -> None:
+    def on_alert(self, alert: JsonObject) -> None:
         """Alerts are already logged by the health monitor; nothing to add on a plain stream."""
 
     def on_status(self, status: SessionStatus) -> None:

@@ -7,12 +7,12 @@ import math
 import shlex
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.anomaly import rollbacks_of
 from msmon.config.metrics import UPDATE_RATIO_PREFIX
 from msmon.util.durations import format_duration
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import as_number, fmt_number
 from msmon.view.band import drift_partings, run_band, with_bands
 from msmon.view.heatmap import heatmap
@@ -28,7 +28,7 @@ META_ORDER: tuple[str, ...] = (
 )
 
 
-def _duration(info: dict[str, Any]) -> str:
+def _duration(info: JsonObject) -> str:
     try:
         start = datetime.fromisoformat(str(info["start_time"]))
         end = datetime.fromisoformat(str(info["end_time"]))
@@ -37,7 +37,7 @@ def _duration(info: dict[str, Any]) -> str:
     return format_duration((end - start).total_seconds(), fine=True)
 
 
-def metadata_rows(info: dict[str, Any]) -> list[tuple[str, str, bool]]:
+def metadata_rows(info: JsonObject) -> list[tuple[str, str, bool]]:
     """run.json as (key, text, shown as code) rows, the important keys first, the duration after the end time."""
     keys = [k for k in META_ORDER if k in info] + sorted(k for k in info if k not in META_ORDER)
     rows = []
@@ -55,7 +55,7 @@ def metadata_rows(info: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return rows
 
 
-def alert_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def alert_rows(alerts: list[JsonObject]) -> list[JsonObject]:
     """Alerts numbered in step order, as the plotting script draws them."""
     out = []
     for number, alert in enumerate(alerts, start=1):
@@ -70,7 +70,7 @@ def alert_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def alert_table_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def alert_table_rows(alerts: list[JsonObject]) -> list[JsonObject]:
     """The alerts of a run as table rows (number, step, time, detector, severity, message, values, action, context
     file). The groups' details and the first mover are in the message."""
     rows = []

@@ -10,13 +10,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from msmon.config.metrics import GROUP_NORM_PREFIX, is_group_key, norm_group
 from msmon.records import shown_rank
-from msmon.util.jsonfiles import iter_jsonl
+from msmon.util.jsonfiles import JsonObject, iter_jsonl
 from msmon.util.numbers import as_number
 from msmon.util.split_read import map_ranges, parts_for
 from msmon.view.sketch import SeriesSketch
@@ -40,10 +39,10 @@ class RunSeries:
     first_step: int | None = None
     last_step: int | None = None
     notes: list[str] = field(default_factory=list)
-    _rows: list[dict[str, Any]] = field(default_factory=list)
+    _rows: list[JsonObject] = field(default_factory=list)
     _steps: list[int] = field(default_factory=list)
 
-    def add(self, step: int, row: dict[str, Any]) -> None:
+    def add(self, step: int, row: JsonObject) -> None:
         """The next shown record (in step order)."""
         self._rows.append(row)
         self._steps.append(step)
@@ -96,7 +95,7 @@ class RunSeries:
                 self.columns[key] = sketch
 
 
-def _keys(rows: list[dict[str, Any]]) -> list[str]:
+def _keys(rows: list[JsonObject]) -> list[str]:
     """The keys of the records that may be metrics, in order of first appearance."""
     keys = dict.fromkeys(rows[0])
     if len(set().union(*rows)) > len(keys):
@@ -118,7 +117,7 @@ class _Scan:
     bad: int = 0
     cut: bool = False
 
-    def see(self, step: int, row: dict[str, Any]) -> None:
+    def see(self, step: int, row: JsonObject) -> None:
         """One more record."""
         rank = row.get("rank")
         if type(rank) is int:
@@ -143,7 +142,7 @@ class _Scan:
         self.cut = self.cut or other.cut
 
 
-def record_step(row: dict[str, Any]) -> int | None:
+def record_step(row: JsonObject) -> int | None:
     """The record's step (``step``, else ``global_step``) as an int, None when it has no finite number."""
     step = row.get("step", row.get("global_step"))
     if type(step) is int:
@@ -153,7 +152,7 @@ def record_step(row: dict[str, Any]) -> int | None:
     return int(step)
 
 
-def _rows(path: Path, scan: _Scan, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def _rows(path: Path, scan: _Scan, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, JsonObject]]:
     """(step, record) of each line with a step (of the lines starting in bytes [start, stop) when given; undecodable
     bytes replaced); unreadable lines counted in ``scan``."""
     for line in iter_jsonl(path, start, stop):
@@ -226,7 +225,7 @@ def _reread(path: Path, shown: tuple[np.ndarray, bool], notes: list[str]) -> Run
     of order: an attempt that logged fewer steps than the one it resumed had logged past its checkpoint)."""
     keep, in_order = shown
     series = RunSeries(notes=notes)
-    held: dict[int, dict[str, Any]] = {}
+    held: dict[int, JsonObject] = {}
     for number, (step, row) in enumerate(_rows(path, _Scan())):
         if number >= len(keep):  # a run still going logged more since the pass before: left for the next read
             break

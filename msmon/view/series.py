@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.errors import ExitCode, MsmonError
-from msmon.util.jsonfiles import read_json_object, read_jsonl
+from msmon.foreign import ConfigValue
+from msmon.util.jsonfiles import JsonObject, read_json_object, read_jsonl
 from msmon.util.numbers import as_number
 from msmon.view.run_records import RunSeries, read_run_series
 from msmon.view.sketch import SeriesSketch
@@ -22,14 +22,14 @@ class RunData:
     """Everything the report and compare views need from one run directory."""
 
     path: Path
-    info: dict[str, Any]
+    info: JsonObject
     config_text: str | None
-    config: dict[str, Any] | None  # the config that trained (msmon's keys removed, resolved)
+    config: dict[str, ConfigValue] | None  # the config that trained (msmon's keys removed, resolved)
     records: RunSeries  # metrics.jsonl's shown records, as one sketch per metric
-    alerts: list[dict[str, Any]]
+    alerts: list[JsonObject]
     notes: list[str] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)
-    monitor: dict[str, Any] | None = None  # msmon's resolved monitor_config keys (the config is what trained)
+    monitor: dict[str, ConfigValue] | None = None  # msmon's resolved monitor_config keys (the config is what trained)
 
     @property
     def name(self) -> str:
@@ -46,7 +46,7 @@ class RunData:
         return self.records.columns.get(metric) or SeriesSketch()
 
 
-def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
+def _read_json(path: Path, notes: list[str]) -> JsonObject:
     try:
         return read_json_object(path)
     except FileNotFoundError:
@@ -56,7 +56,7 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
     return {}
 
 
-def run_overrides(info: dict[str, Any]) -> list[str]:
+def run_overrides(info: JsonObject) -> list[str]:
     """The KEY=VALUE overrides the run was started with (run.json's ``request``, run_mindformer.py's flags already
     among them; an older run.json's ``overrides``, else parsed from ``command``)."""
     request = info.get("request")
@@ -70,7 +70,8 @@ def run_overrides(info: dict[str, Any]) -> list[str]:
     return [a for a in args[1:] if "=" in a and not a.startswith("-")]
 
 
-def _read_config(run_dir: Path, overrides: list[str], notes: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+def _read_config(run_dir: Path, overrides: list[str],
+                 notes: list[str]) -> tuple[str | None, dict[str, ConfigValue] | None]:
     """config.yaml as written, and the config that trained: what ``msmon run`` handed mindformers (the run's
     overrides applied, interpolations resolved, msmon's keys removed; the run's mindformers.yaml when config.yaml
     cannot be resolved here)."""
@@ -92,7 +93,7 @@ def _read_config(run_dir: Path, overrides: list[str], notes: list[str]) -> tuple
         return text, trained
 
 
-def _read_monitor(run_dir: Path) -> dict[str, Any] | None:
+def _read_monitor(run_dir: Path) -> JsonObject | None:
     """msmon's resolved monitor_config keys of the run (``monitor_config.resolved.yaml``), without mindformers' own
     (they are part of the config that trained)."""
     import yaml
@@ -136,7 +137,7 @@ def load_run(path: str | Path) -> RunData:
     notes.extend(records.notes)
     if not records.logged:
         notes.append("the run logged no step (metrics.jsonl is empty or missing, or monitor_type has no 'file')")
-    alerts: list[dict[str, Any]] = []
+    alerts: list[JsonObject] = []
     alerts_path = run_dir / layout.ALERTS
     if alerts_path.is_file():
         try:

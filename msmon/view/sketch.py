@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import nonfinite_kind
 
 MAX_POINTS = 4000
@@ -32,7 +32,7 @@ class DrawSeries:
     nonfinite: list[tuple[int, str]]
     total: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"x": self.x, "y": self.y, "nonfinite": [list(p) for p in self.nonfinite], "total": self.total}
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from msmon.config.schema import MonitorSettings
 from msmon.engine.backends.runfacts import RunFacts
+from msmon.foreign import ConfigValue
 from msmon.status import Attempt, RunStatus
+from msmon.util.jsonfiles import JsonObject
 
 #: Record keys that are coordinates, not metric values.
 COORDINATE_KEYS: frozenset[str] = frozenset({"step", "time", "rank"})
@@ -45,7 +47,7 @@ class Backend:
     records_lost: int = 0  # records the backend knows it lost after writing them (the writer counts the rest)
     attempt: Attempt | None = None  # the run's attempt, set by the session before ``open`` (None: the first)
 
-    def __init__(self, run_dir: Path, settings: MonitorSettings, config: dict[str, Any] | None) -> None:
+    def __init__(self, run_dir: Path, settings: MonitorSettings, config: dict[str, ConfigValue] | None) -> None:
         self.run_dir = Path(run_dir)
         self.settings = settings
         self.config = config
@@ -85,11 +87,11 @@ class Backend:
     def open(self) -> None:
         """Create files or connections (may raise; the writer retries or disables the backend)."""
 
-    def write(self, records: list[dict[str, Any]]) -> None:
+    def write(self, records: list[JsonObject]) -> None:
         """Write records (one dict per logged step, in step order)."""
         raise NotImplementedError
 
-    def write_alert(self, alert: dict[str, Any]) -> None:
+    def write_alert(self, alert: JsonObject) -> None:
         """Show an alert, when the backend can show text (default: nothing)."""
 
     def flush(self) -> None:
@@ -100,7 +102,7 @@ class Backend:
         before the run ends (then no end is declared)."""
 
 
-def metric_items(record: dict[str, Any]) -> list[tuple[str, float]]:
+def metric_items(record: JsonObject) -> list[tuple[str, float]]:
     """The numeric metric values of a record (coordinates and non-numbers left out)."""
     return [
         (key, float(value))

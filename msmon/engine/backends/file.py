@@ -12,18 +12,18 @@ import io
 import json
 import logging
 import math
-from typing import Any
 
 from msmon import layout
 from msmon.engine.backends.base import Backend, PartialWrite
 from msmon.engine.record import canonical_metrics, record_columns
 from msmon.status import RunStatus
 from msmon.util.files import LineFile
+from msmon.util.jsonfiles import JsonObject, JsonValue
 
 logger = logging.getLogger("msmon")
 
 
-def csv_cell(value: Any) -> Any:
+def csv_cell(value: JsonValue) -> JsonValue:
     """A CSV cell: floats as repr (``nan``, ``inf``, ``-inf`` spelled out), absent as empty."""
     if value is None:
         return ""
@@ -60,12 +60,12 @@ class FileBackend(Backend):
             if self._csv.size == 0:
                 self._csv.append(self._csv_line(dict(zip(self._columns, self._columns, strict=True))))
 
-    def _csv_line(self, row: dict[str, Any]) -> bytes:
+    def _csv_line(self, row: JsonObject) -> bytes:
         text = io.StringIO()
         csv.DictWriter(text, self._columns, extrasaction="ignore").writerow(row)
         return text.getvalue().encode("utf-8")
 
-    def write(self, records: list[dict[str, Any]]) -> None:
+    def write(self, records: list[JsonObject]) -> None:
         jsonl = self._jsonl
         if jsonl is None:
             raise RuntimeError("metrics.jsonl is not open")

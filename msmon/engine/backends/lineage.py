@@ -15,9 +15,9 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from msmon.config.hyperparameters import Value
+from msmon.foreign import ProtoMessage
 
 #: Hyperparameters that MindInsight's own train-lineage fields hold (its columns ``learning_rate``,
 #: ``optimizer``, ``batch_size``, ``epoch``, ``device_num``, ``train_dataset_path``, ``network``); the others are
@@ -35,7 +35,7 @@ def _finite_or_nan(value: float) -> float | str:
     return value if math.isfinite(value) else "nan"
 
 
-def custom_lineage(values: Mapping[str, Value]) -> Any:
+def custom_lineage(values: Mapping[str, Value]) -> ProtoMessage:
     """A ``UserDefinedInfo`` as SummaryCollector packs one: one entry per key, int32 / double / str."""
     from mindspore.train import lineage_pb2
 
@@ -51,7 +51,7 @@ def custom_lineage(values: Mapping[str, Value]) -> Any:
     return info
 
 
-def train_lineage(hyperparameters: Mapping[str, Value], final_loss: float | None) -> Any:
+def train_lineage(hyperparameters: Mapping[str, Value], final_loss: float | None) -> ProtoMessage:
     """A ``TrainLineage`` with the hyperparameters MindInsight has fields for, and the final loss once known."""
     from mindspore.train import lineage_pb2
 
@@ -74,7 +74,7 @@ def train_lineage(hyperparameters: Mapping[str, Value], final_loss: float | None
     return message
 
 
-def eval_lineage(results: Mapping[str, Value]) -> Any:
+def eval_lineage(results: Mapping[str, Value]) -> ProtoMessage:
     """An ``EvaluationLineage`` whose ``metric`` (JSON, as MindSpore's callbacks write it) holds the results."""
     from mindspore.train import lineage_pb2
 
@@ -92,7 +92,7 @@ class LineageFile:
         self.path = path
         self._writer = LineageWriter(str(path))
 
-    def write(self, plugin: str, message: Any) -> None:
+    def write(self, plugin: str, message: ProtoMessage) -> None:
         """``plugin`` is ``custom_lineage_data``, ``train_lineage`` or ``eval_lineage`` (SummaryRecord's names)."""
         from mindspore.train.summary._lineage_adapter import serialize_to_lineage_event
 

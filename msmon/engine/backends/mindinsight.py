@@ -11,7 +11,7 @@ core busy for the entire run.
 from __future__ import annotations
 
 import time
-from typing import Any
+from pathlib import Path
 
 from msmon.engine.backends.base import Backend, metric_items
 from msmon.engine.backends.lineage import (
@@ -22,7 +22,9 @@ from msmon.engine.backends.lineage import (
     train_lineage,
 )
 from msmon.engine.backends.summary_event import scalars_event
+from msmon.foreign import BackendClient
 from msmon.status import RunStatus
+from msmon.util.jsonfiles import JsonObject
 
 
 class MindInsightBackend(Backend):
@@ -33,7 +35,7 @@ class MindInsightBackend(Backend):
     in_run_dir = True
     keeps_run_facts = True  # the lineage's hyperparameters at the start, its results and status at the end
 
-    _writer: Any = None
+    _writer: BackendClient = None
     _lineage: LineageFile | None = None
 
     def prepare(self) -> None:
@@ -53,7 +55,7 @@ class MindInsightBackend(Backend):
         name = get_event_file_name("events", "_MS", stamp)  # events.out.events.summary.<t>...
         self._writer = SummaryWriter(str(self.run_dir / name))
 
-    def _open_lineage(self, path: Any) -> None:
+    def _open_lineage(self, path: Path) -> None:
         facts = self.facts
         lineage = LineageFile(path)
         custom = {k: v for k, v in facts.hyperparameters.items() if k not in TRAIN_LINEAGE_FIELDS}
@@ -62,7 +64,7 @@ class MindInsightBackend(Backend):
         lineage.flush()
         self._lineage = lineage
 
-    def write(self, records: list[dict[str, Any]]) -> None:
+    def write(self, records: list[JsonObject]) -> None:
         for record in records:  # float32 scalars; NaN and +-Inf are stored as such
             event = scalars_event(int(record["step"]), float(record["time"]), metric_items(record))
             self._writer.write("summary", event)

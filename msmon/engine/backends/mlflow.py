@@ -7,14 +7,14 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from msmon import layout
 from msmon.engine.backends.base import Backend, metric_items
 from msmon.engine.backends.runfacts import kept_records, run_identity
+from msmon.foreign import BackendClient, ConfigValue
 from msmon.status import RunStatus
 from msmon.util.atomic import atomic_write_json
-from msmon.util.jsonfiles import read_json_object
+from msmon.util.jsonfiles import JsonObject, read_json_object
 from msmon.util.mapping import flatten
 
 MAX_PARAM_VALUE = 6000
@@ -29,7 +29,7 @@ def param_key(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key)[:250]
 
 
-def param_values(config: Mapping[str, Any]) -> dict[str, str]:
+def param_values(config: Mapping[str, ConfigValue]) -> dict[str, str]:
     """The config as MLflow params: dotted keys, values as text (truncated), secret-looking keys redacted."""
     return {
         key: "***" if any(word in key.lower() for word in SECRET_WORDS) else str(value)[:MAX_PARAM_VALUE]
@@ -47,7 +47,7 @@ class MlflowBackend(Backend):
     status_names = {RunStatus.COMPLETED: "FINISHED", RunStatus.FAILED: "FAILED"}
     other_status = "KILLED"
 
-    _client: Any = None
+    _client: BackendClient = None
     _run_id: str | None = None
     _params_logged = False
     _continued = False
@@ -191,7 +191,7 @@ class MlflowBackend(Backend):
         for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
             self._client.log_batch(self._run_id, params=params[start : start + MAX_PARAMS_PER_BATCH])
 
-    def write(self, records: list[dict[str, Any]]) -> None:
+    def write(self, records: list[JsonObject]) -> None:
         from mlflow.entities import Metric
 
         metrics = [
@@ -203,7 +203,7 @@ class MlflowBackend(Backend):
         for start in range(0, len(metrics), size):
             self._client.log_batch(self._run_id, metrics=metrics[start : start + size])
 
-    def write_alert(self, alert: dict[str, Any]) -> None:
+    def write_alert(self, alert: JsonObject) -> None:
         self._alerts += 1
         text = f"step {alert.get('step')} {alert.get('severity')} {alert.get('detector')}: {alert.get('message')}"
         self._client.set_tag(self._run_id, "msmon.last_alert", text[:5000])

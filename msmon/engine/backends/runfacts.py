@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.compat import package_version
 from msmon.config.hyperparameters import RunResults, Value, hyperparameters
+from msmon.foreign import ConfigValue
 from msmon.status import Attempt
 from msmon.util.git import git_commit
-from msmon.util.jsonfiles import read_jsonl
+from msmon.util.jsonfiles import JsonObject, read_jsonl
 
 #: Tag name -> installed package whose version it holds.
 VERSION_TAGS: dict[str, str] = {
@@ -20,7 +20,7 @@ VERSION_TAGS: dict[str, str] = {
 }
 
 
-def kept_records(run_dir: Path, attempt: Attempt | None) -> list[dict[str, Any]]:
+def kept_records(run_dir: Path, attempt: Attempt | None) -> list[JsonObject]:
     """In a resumed attempt (a resume, a restart): what the run's earlier attempts logged up to the resume step
     (``metrics.jsonl`` in ``run_dir``); otherwise, or when it cannot be read, nothing."""
     if attempt is None or not attempt.resumed_from_step:
@@ -36,12 +36,12 @@ class RunFacts:
     """The hyperparameters of ``config`` (read once), and the results of the records written so far (in a resumed
     attempt, also those the run kept from its earlier attempts in ``run_dir``)."""
 
-    def __init__(self, config: Mapping[str, Any] | None, run_dir: Path | None = None,
+    def __init__(self, config: Mapping[str, ConfigValue] | None, run_dir: Path | None = None,
                  attempt: Attempt | None = None) -> None:
         self.hyperparameters: dict[str, Value] = hyperparameters(config)
         self._results = RunResults().add(kept_records(run_dir, attempt) if run_dir is not None else [])
 
-    def add(self, records: list[dict[str, Any]]) -> None:
+    def add(self, records: list[JsonObject]) -> None:
         """Follow the records a backend writes (final and best loss, last logged step)."""
         self._results.add(records)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 from msmon.config.hyperparameters import Value
 from msmon.engine.backends.base import Backend, metric_items
+from msmon.foreign import BackendClient, ProtoMessage
 from msmon.status import RunStatus
+from msmon.util.jsonfiles import JsonObject
 
 HPARAMS_PLUGIN = "hparams"
 SESSION_START_TAG = "_hparams_/session_start_info"  # the tags tensorboard.plugins.hparams.metadata reads
@@ -25,7 +26,7 @@ SESSION_STATUS: dict[RunStatus, str] = {RunStatus.COMPLETED: "STATUS_SUCCESS", R
                   RunStatus.STOPPED_BY_MONITOR: "STATUS_FAILURE"}
 
 
-def hparams_summary(tag: str, **data: Any) -> Any:
+def hparams_summary(tag: str, **data: ProtoMessage) -> ProtoMessage:
     """A Summary holding one HParams plugin message (``session_start_info`` or ``session_end_info``)."""
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
     from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
@@ -35,7 +36,7 @@ def hparams_summary(tag: str, **data: Any) -> Any:
     return Summary(value=[Summary.Value(tag=tag, metadata=metadata)])
 
 
-def session_start(hyperparameters: dict[str, Value]) -> Any:
+def session_start(hyperparameters: dict[str, Value]) -> ProtoMessage:
     from tensorboardX.proto.plugin_hparams_pb2 import SessionStartInfo
 
     info = SessionStartInfo(start_time_secs=time.time())
@@ -47,7 +48,7 @@ def session_start(hyperparameters: dict[str, Value]) -> Any:
     return hparams_summary(SESSION_START_TAG, session_start_info=info)
 
 
-def session_end(status_name: str) -> Any:
+def session_end(status_name: str) -> ProtoMessage:
     """The HParams session end with the plugin's status (``STATUS_SUCCESS``, ...)."""
     from tensorboardX.proto.api_pb2 import Status
     from tensorboardX.proto.plugin_hparams_pb2 import SessionEndInfo
@@ -56,7 +57,7 @@ def session_end(status_name: str) -> Any:
     return hparams_summary(SESSION_END_TAG, session_end_info=info)
 
 
-def write_results(writer: Any, results: dict[str, Value], status_name: str) -> None:
+def write_results(writer: BackendClient, results: dict[str, Value], status_name: str) -> None:
     """The results as scalars (``final_loss``, ``best_loss``, ``steps``: HParams metrics) and the session end with
     ``status_name``, at the last logged step."""
     from tensorboardX.proto.summary_pb2 import Summary
@@ -78,7 +79,7 @@ class TensorBoardBackend(Backend):
     status_names = SESSION_STATUS
     other_status = "STATUS_UNKNOWN"  # the plugin has no "aborted"
 
-    _writer: Any = None
+    _writer: BackendClient = None
     _started = False
 
     @property
@@ -113,14 +114,14 @@ class TensorBoardBackend(Backend):
         self._writer.add_event(Event(step=step + 1, file_version="brain.Event:2"))
         self._writer.add_event(Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
 
-    def write(self, records: list[dict[str, Any]]) -> None:
+    def write(self, records: list[JsonObject]) -> None:
         from tensorboardX.proto.summary_pb2 import Summary
 
         for record in records:
             values = [Summary.Value(tag=key, simple_value=value) for key, value in metric_items(record)]
             self._writer.add_summary(Summary(value=values), int(record["step"]), record.get("time"))
 
-    def write_alert(self, alert: dict[str, Any]) -> None:
+    def write_alert(self, alert: JsonObject) -> None:
         text = f"**{alert.get('severity', 'warning')}** {alert.get('detector', '')}: {alert.get('message', '')}"
         values = alert.get("values")
         if values:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 from msmon import layout
 from msmon.engine.probe.histograms import Histogram
+from msmon.foreign import BackendClient
 
 
 class DistributionFiles:
@@ -19,18 +20,17 @@ class DistributionFiles:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._lines: Any = None
-        self._board: Any = None
-        self._summary: Any = None
+        self._lines: TextIO | None = None
+        self._board: BackendClient = None
+        self._summary: BackendClient = None
 
     def write(self, step: int, histograms: dict[str, Histogram]) -> None:
         """One logging step's histograms by tag."""
-        if self._lines is None:
-            self._open()
+        lines = self._lines if self._lines is not None else self._open()
         now = time.time()
         line = {"step": step, "time": now, "histograms": {tag: h.to_json() for tag, h in histograms.items()}}
-        self._lines.write(json.dumps(line, allow_nan=True) + "\n")
-        self._lines.flush()
+        lines.write(json.dumps(line, allow_nan=True) + "\n")
+        lines.flush()
         for tag, found in histograms.items():
             if found.counts:
                 self._board.add_histogram_raw(tag, found.minimum, found.maximum, sum(found.counts), found.total,
@@ -43,7 +43,8 @@ class DistributionFiles:
                 handle.close()
         self._lines = self._board = self._summary = None
 
-    def _open(self) -> None:
+    def _open(self) -> TextIO:
+        """Open the three files; the JSON Lines one returned."""
         from mindspore.train.summary._summary_adapter import get_event_file_name
         from mindspore.train.summary.writer import SummaryWriter as MindSporeWriter
         from tensorboardX import SummaryWriter
@@ -53,6 +54,7 @@ class DistributionFiles:
         self._board = SummaryWriter(str(self.directory))
         name = get_event_file_name("events", "_MS", str(int(time.time())))
         self._summary = MindSporeWriter(str(self.directory / name))
+        return self._lines
 
 
 def mindinsight_event(step: int, wall_time: float, histograms: dict[str, Histogram]) -> bytes:

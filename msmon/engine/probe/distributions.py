@@ -11,7 +11,6 @@ its first moments, once a log).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.engine.grad_groups import GradGroups, trained_weights
@@ -21,23 +20,24 @@ from msmon.engine.probe.gradients import FirstMoments, first_moments, host
 from msmon.engine.probe.histograms import Histogram, histogram
 from msmon.engine.probe.profile import ProbeFailure
 from msmon.engine.probe.window import Window
+from msmon.foreign import Cell, Tensor
 
 
 class DistributionsProbe:
     """One rank's histograms over one window."""
 
-    def __init__(self, run_dir: Path, rank: int, window: Window, interval: int, network: Any) -> None:
+    def __init__(self, run_dir: Path, rank: int, window: Window, interval: int, network: Cell) -> None:
         directory = layout.distributions_dir(run_dir, window.first_step, window.last_step, rank)
         self.output = str(directory.relative_to(run_dir))
         self._files = DistributionFiles(directory)
         self._interval = max(1, interval)
         self._network = network
-        self._weights: list[Any] = []
+        self._weights: list[Tensor] = []
         self._groups: GradGroups | None = None
         self._reader: WeightReader | None = None
         self._moments: FirstMoments | None = None
         self._no_gradients = ""  # why there are no gradient histograms at all
-        self._copy: Any = None
+        self._copy: Tensor = None
         self._written: list[int] = []
         self._optimizer_idle: list[int] = []  # logging steps at which the optimizer did not run: no gradients
 
@@ -50,7 +50,7 @@ class DistributionsProbe:
         self._moments, self._no_gradients = first_moments(getattr(self._network, "optimizer", None), weights)
         self._reader = reader_for_device()
 
-    def _copied(self) -> list[Any]:
+    def _copied(self) -> list[Tensor]:
         """What a logging step reads at its begin and end: the weights, then the first moments and the step count."""
         moments = [*self._moments.states, self._moments.step] if self._moments is not None else []
         return [*self._weights, *moments]
@@ -69,7 +69,7 @@ class DistributionsProbe:
         count = len(self._weights)
         gradients = self._gradients(step, then[count:], now[count:])
 
-        def joined(arrays: list[Any], members: list[int]) -> Any:
+        def joined(arrays: list[Tensor], members: list[int]) -> Tensor:
             return np.concatenate([arrays[i].reshape(-1) for i in members]).astype(np.float64)
 
         values: dict[str, Histogram] = {}
@@ -83,7 +83,7 @@ class DistributionsProbe:
         self._files.write(step, values)
         self._written.append(step)
 
-    def _gradients(self, step: int, before: list[Any], after: list[Any]) -> list[Any] | None:
+    def _gradients(self, step: int, before: list[Tensor], after: list[Tensor]) -> list[Tensor] | None:
         """Each weight's gradient at this step from the moments (and step count) before and after it, or None: no
         first moment, or the optimizer did not run (its step count did not advance)."""
         if self._moments is None:

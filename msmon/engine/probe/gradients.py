@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from msmon.foreign import Optimizer, Tensor
 
 #: (module, class) of an optimizer -> the prefix of its first moments' names (``<prefix>.<weight name>``).
 FIRST_MOMENTS: dict[tuple[str, str], str] = {
@@ -25,7 +26,7 @@ FIRST_MOMENTS: dict[tuple[str, str], str] = {
 }
 
 
-def host(value: Any) -> Any:
+def host(value: Tensor) -> Tensor:
     """A Tensor or Parameter as a numpy array (anything else as it is)."""
     return value.asnumpy() if hasattr(value, "asnumpy") else value
 
@@ -34,11 +35,11 @@ def host(value: Any) -> Any:
 class FirstMoments:
     """An optimizer's first moment of each trained weight (in the weights' order), its beta1 and its step counter."""
 
-    states: tuple[Any, ...]
+    states: tuple[Tensor, ...]
     beta1: float
-    step: Any  # the optimizer's ``global_step`` Parameter: it advances by one when the optimizer runs
+    step: Tensor  # the optimizer's ``global_step`` Parameter: it advances by one when the optimizer runs
 
-    def gradients(self, before: Sequence[Any], after: Sequence[Any]) -> list[Any]:
+    def gradients(self, before: Sequence[Tensor], after: Sequence[Tensor]) -> list[Tensor]:
         """Each weight's gradient (float64 arrays) from its moments at the step's begin and end."""
         import numpy as np
 
@@ -46,7 +47,7 @@ class FirstMoments:
                 for p, m in zip(before, after, strict=True)]
 
 
-def first_moments(optimizer: Any, weights: Sequence[Any]) -> tuple[FirstMoments | None, str]:
+def first_moments(optimizer: Optimizer, weights: Sequence[Tensor]) -> tuple[FirstMoments | None, str]:
     """The first moments ``optimizer`` keeps of ``weights``, or (None, why not)."""
     import numpy as np
 

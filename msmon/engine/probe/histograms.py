@@ -5,7 +5,9 @@ the finite values. Pure numpy: no files, no MindSpore."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from msmon.foreign import Tensor
+from msmon.util.jsonfiles import JsonObject
 
 BINS = 30
 QUANTILES: tuple[float, ...] = (0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999)
@@ -27,14 +29,14 @@ class Histogram:
     counts: tuple[int, ...]
     quantiles: tuple[float, ...]  # at QUANTILES
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"count": self.count, "nan": self.nan, "pos_inf": self.pos_inf, "neg_inf": self.neg_inf,
                 "min": self.minimum, "max": self.maximum, "sum": self.total, "sum_squares": self.squares,
                 "edges": list(self.edges), "counts": list(self.counts),
                 "quantiles": {str(q): v for q, v in zip(QUANTILES, self.quantiles, strict=True)}}
 
 
-def histogram(values: Any) -> Histogram:
+def histogram(values: Tensor) -> Histogram:
     """The histogram of a flat float array (float64 sums)."""
     import numpy as np
 

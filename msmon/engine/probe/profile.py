@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 from msmon import layout
 from msmon.engine.probe.profile_summary import StepBounds, summarize
 from msmon.engine.probe.window import Window
+from msmon.foreign import Profiler
 from msmon.util.atomic import atomic_write_json
 
 logger = logging.getLogger("msmon")
@@ -34,7 +34,7 @@ class ProfileProbe:
         self.directory = layout.profile_dir(run_dir, window.first_step, window.last_step, rank)
         self.output = str(self.directory.relative_to(run_dir))
         self._steps = window.steps
-        self._profiler: Any = None
+        self._profiler: Profiler = None
         self._begun: dict[int, int] = {}
         self._bounds: list[StepBounds] = []
 

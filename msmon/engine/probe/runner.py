@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from msmon import layout
 from msmon.config.profiler import env_profiler, own_profiler
@@ -20,6 +20,7 @@ from msmon.engine.probe.distributions import DistributionsProbe
 from msmon.engine.probe.profile import ProbeFailure, ProfileProbe
 from msmon.engine.probe.window import Phase, ProbeWindow, Window
 from msmon.errors import describe
+from msmon.foreign import Cell, ConfigValue
 from msmon.probe import ProbeKind, ProbeMark, ProbeRequest, ProbeState, read_request, write_mark
 
 logger = logging.getLogger("msmon")
@@ -47,7 +48,7 @@ class ProbeHost(Protocol):
     run_dir: Path
     rank: int
     interval: int  # the run's log_interval
-    network: Any  # the training's train-step wrapper (None before the first step end)
+    network: Cell  # the training's train-step wrapper (None before the first step end)
 
 
 #: Each kind's probe: (the rank's runner, window) -> Probe.
@@ -58,7 +59,7 @@ PROBES: dict[ProbeKind, Callable[[ProbeHost, Window], Probe]] = {
 }
 
 
-def refusal(kind: ProbeKind, training: Mapping[str, Any] | None, environ: Mapping[str, str]) -> str | None:
+def refusal(kind: ProbeKind, training: Mapping[str, ConfigValue] | None, environ: Mapping[str, str]) -> str | None:
     """Why this rank does not run a probe of ``kind`` (another profiler is on), or None."""
     if kind is ProbeKind.PROFILE:
         other = own_profiler(training) or env_profiler(environ)
@@ -99,10 +100,11 @@ class RequestWatch:
 class ProbeRunner:
     """The probes of one rank of one run."""
 
-    def __init__(self, run_dir: Path, rank: int, training: Mapping[str, Any] | None = None, interval: int = 1) -> None:
+    def __init__(self, run_dir: Path, rank: int, training: Mapping[str, ConfigValue] | None = None,
+                 interval: int = 1) -> None:
         self.run_dir, self.rank = run_dir, rank
         self.interval = max(1, interval)  # log_interval: a distributions window of N logs is N x this many steps
-        self.network: Any = None  # the training's train-step wrapper (set by the callback at the first step end)
+        self.network: Cell = None  # the training's train-step wrapper (set by the callback at the first step end)
         self._training = training
         self._watch = RequestWatch(run_dir, rank)
         self._window = ProbeWindow()

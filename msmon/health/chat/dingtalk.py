@@ -10,9 +10,9 @@ import base64
 import hashlib
 import hmac
 import urllib.parse
-from typing import Any
 
 from msmon.health.chat import ChatMessage
+from msmon.util.jsonfiles import JsonObject
 
 MIN_INTERVAL_S = 3.0  # about 20 messages a minute per robot; beyond it the robot is throttled for 10 minutes
 
@@ -22,7 +22,7 @@ def sign(timestamp_ms: int, secret: str) -> str:
     return urllib.parse.quote_plus(base64.b64encode(digest).decode())
 
 
-def request(url: str, message: ChatMessage, secret: str | None, now: float) -> tuple[str, dict[str, Any]]:
+def request(url: str, message: ChatMessage, secret: str | None, now: float) -> tuple[str, JsonObject]:
     lines = [f"### {message.title}", *(f"- **{label}**: {value}" for label, value in message.lines)]
     if message.command:
         lines.append(f"\n`{message.command}`")

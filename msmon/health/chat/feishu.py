@@ -9,9 +9,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Any
 
 from msmon.health.chat import ChatMessage
+from msmon.util.jsonfiles import JsonObject
 
 MIN_INTERVAL_S = 1.0  # 100 messages a minute, 5 a second per robot
 TEMPLATES = {"critical": "red", "warning": "orange", "info": "blue"}
@@ -22,13 +22,13 @@ def sign(timestamp: int, secret: str) -> str:
     return base64.b64encode(digest).decode()
 
 
-def request(url: str, message: ChatMessage, secret: str | None, now: float) -> tuple[str, dict[str, Any]]:
+def request(url: str, message: ChatMessage, secret: str | None, now: float) -> tuple[str, JsonObject]:
     fields = [{"is_short": True, "text": {"tag": "lark_md", "content": f"**{label}**\n{value}"}}
               for label, value in message.lines]
-    elements: list[dict[str, Any]] = [{"tag": "div", "fields": fields}]
+    elements: list[JsonObject] = [{"tag": "div", "fields": fields}]
     if message.command:
         elements.append({"tag": "note", "elements": [{"tag": "plain_text", "content": message.command}]})
-    body: dict[str, Any] = {"msg_type": "interactive", "card": {
+    body: JsonObject = {"msg_type": "interactive", "card": {
         "header": {"title": {"tag": "plain_text", "content": message.title},
                    "template": TEMPLATES.get(message.severity, "blue")},
         "elements": elements}}

@@ -15,7 +15,6 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from msmon.config.health import ChatTarget
 from msmon.health.alert import Alert
@@ -52,7 +51,7 @@ def rejected(service: str, answer: bytes) -> str | None:
     return None if code in (0, None) else f"{code}: {data.get('errmsg') or data.get('msg') or data}"
 
 
-class ChatSink(AsyncSink):
+class ChatSink(AsyncSink[Alert | ChatMessage]):
     """One chat target: its message format, signature and rate limit."""
 
     def __init__(self, target: ChatTarget, run_dir: Path, timeout_s: float, queue_size: int = 100) -> None:
@@ -71,7 +70,7 @@ class ChatSink(AsyncSink):
         """Queue a message that is not an alert (the run-ended one): never held back."""
         self._queue.put_nowait(message)
 
-    def deliver(self, item: Any) -> None:
+    def deliver(self, item: Alert | ChatMessage) -> None:
         if isinstance(item, Alert):
             if time.monotonic() - self._last < self.min_interval_s:
                 self.held[item.detector] += 1

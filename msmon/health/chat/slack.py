@@ -3,15 +3,14 @@ notifications show. The webhook URL is the secret; Slack has no signature for in
 
 from __future__ import annotations
 
-from typing import Any
-
 from msmon.health.chat import ChatMessage
+from msmon.util.jsonfiles import JsonObject
 
 MIN_INTERVAL_S = 1.0  # one message a second per webhook
 
 
-def request(url: str, message: ChatMessage, secret: str | None, now: float) -> tuple[str, dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [
+def request(url: str, message: ChatMessage, secret: str | None, now: float) -> tuple[str, JsonObject]:
+    blocks: list[JsonObject] = [
         {"type": "header", "text": {"type": "plain_text", "text": message.title[:150]}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{label}*\n{value}"}
                                        for label, value in message.lines[:10]]},

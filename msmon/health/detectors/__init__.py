@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from msmon.compat import global_norm_spike_threshold
 from msmon.compat.template import checkpoint_saving
@@ -11,6 +10,7 @@ from msmon.config.health import HealthSettings
 from msmon.config.hyperparameters import hyperparameters
 from msmon.config.metrics import TOP_K_KEYS
 from msmon.config.schedule import schedule_from_config
+from msmon.foreign import ConfigValue
 from msmon.health.detectors.base import Detector
 from msmon.health.detectors.chance_level import ChanceLevelDetector
 from msmon.health.detectors.dead_series import DeadSeriesDetector
@@ -32,7 +32,7 @@ from msmon.util.mapping import dotted_get
 from msmon.util.numbers import positive_int
 
 
-def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
+def slow_step_intervals(config: Mapping[str, ConfigValue] | None) -> tuple[int, ...]:
     """Step intervals whose step ends are slow by design: CheckpointMonitor's ``save_checkpoint_steps``
     (mindformers' default 1) and, with ``do_eval``, ``eval_step_interval`` (default 100)."""
     config = config or {}
@@ -45,7 +45,7 @@ def slow_step_intervals(config: Mapping[str, Any] | None) -> tuple[int, ...]:
     return tuple(found)
 
 
-def vocab_size(config: Mapping[str, Any] | None, given: int | None = None) -> int | None:
+def vocab_size(config: Mapping[str, ConfigValue] | None, given: int | None = None) -> int | None:
     """The vocabulary a uniform guess picks from: ``given`` (``health.chance_level.vocab_size``), else the model
     config's (msmon.config.hyperparameters reads it)."""
     if given is not None:
@@ -54,7 +54,7 @@ def vocab_size(config: Mapping[str, Any] | None, given: int | None = None) -> in
     return positive_int(value)
 
 
-def moe_top_k(config: Mapping[str, Any] | None, given: int | None = None) -> int | None:
+def moe_top_k(config: Mapping[str, ConfigValue] | None, given: int | None = None) -> int | None:
     """The experts each token is routed to: ``given`` (``health.moe_collapse.top_k``), else the model config's."""
     if given is not None:
         return given
@@ -63,7 +63,7 @@ def moe_top_k(config: Mapping[str, Any] | None, given: int | None = None) -> int
     return next((value for value in found if value is not None), None)
 
 
-def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None = None,
+def build_detectors(settings: HealthSettings, config: Mapping[str, ConfigValue] | None = None,
                     reference: ReferenceBand | None = None) -> list[Detector]:
     """The enabled detectors in a fixed order (the same list live and in replay); ``reference_drift`` with a
     reference band only."""
@@ -71,7 +71,7 @@ def build_detectors(settings: HealthSettings, config: Mapping[str, Any] | None =
     grad, chance = settings.grad_explosion, settings.chance_level
     vocab = vocab_size(config, chance.vocab_size)
     threshold = grad.absolute_threshold if grad.absolute_threshold is not None else global_norm_spike_threshold(config)
-    candidates: list[tuple[bool, Any]] = [
+    candidates: list[tuple[bool, Callable[[], Detector]]] = [
         (settings.nonfinite.enabled, lambda: NonFiniteDetector(settings.nonfinite)),
         (chance.enabled, lambda: ChanceLevelDetector(chance, vocab)),
         (settings.grad_norm_bound.enabled, lambda: GradNormBoundDetector(settings.grad_norm_bound)),

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Protocol
 
 from msmon.health.alert import Signal
+from msmon.util.jsonfiles import JsonObject, JsonValue
 from msmon.util.numbers import as_number
 
 
 class Detector(Protocol):
     """Sees every record in step order (live and in replay alike) and may report a Signal."""
 
-    name: ClassVar[str]
+    @property
+    def name(self) -> str: ...
 
-    def observe(self, record: dict[str, Any]) -> Signal | None: ...
+    def observe(self, record: JsonObject) -> Signal | None: ...
 
 
-def metric(record: dict[str, Any], key: str) -> float | None:
+def metric(record: JsonObject, key: str) -> float | None:
     """The record's ``key`` as a float (NaN/Inf kept), or None when absent or not a number."""
     value = record.get(key)
     return value if type(value) is float else as_number(value)
@@ -31,7 +33,7 @@ class Breaches:
         self.count = 0
         self.since: int | None = None
 
-    def update(self, beyond: bool, step: Any) -> bool:
+    def update(self, beyond: bool, step: JsonValue) -> bool:
         """Count this log; True on the ``patience``-th consecutive breach only (once per excursion)."""
         if not beyond:
             self.count, self.since = 0, None

@@ -7,11 +7,11 @@ first log, with no baseline to learn: a run wrong from its first steps has no he
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from msmon.config.health import ChanceLevelSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import Breaches, metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 
@@ -32,7 +32,7 @@ class ChanceLevelDetector:
         self.chance = math.log(self.vocab_size) if self.vocab_size is not None else None
         self._breaches = Breaches(settings.patience)
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         loss = metric(record, "loss")
         if self.chance is None or loss is None or not math.isfinite(loss):  # a NaN is the nonfinite detector's
             return None

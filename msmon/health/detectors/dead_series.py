@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from msmon.config.health import DeadSeriesSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 ZERO = "grad_norm=0"
@@ -27,9 +27,9 @@ class DeadSeriesDetector:
         self._zeros = 0
         self._reported: set[str] = set()
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         found: list[str] = []
-        values: dict[str, Any] = {}
+        values: JsonObject = {}
         gn = metric(record, "grad_norm")
         if gn is not None:
             self._zeros = self._zeros + 1 if gn == 0 else 0

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 from msmon.config.health import FlatStartSettings
 from msmon.config.schedule import Schedule
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 LEVEL_LOGS = 5  # recent logs whose median is the loss level
@@ -41,7 +41,7 @@ class FlatStartDetector:
         self._recent: list[float] = []
         self._done = False  # judged, not from scratch, or the loss moved
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         loss, step, chance = metric(record, "loss"), record.get("step"), self.chance
         if self._done or chance is None or loss is None or not math.isfinite(loss) or not isinstance(step, int):
             return None

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import statistics
 from itertools import islice
-from typing import Any
 
 from msmon.config.health import GradExplosionSettings
 from msmon.config.schedule import Schedule
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
 from msmon.health.detectors.log_window import LogWindow, median_of_sorted
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 LEVEL_LOGS = 5  # logs whose median is the current level of the robust path
@@ -57,7 +57,7 @@ class GradExplosionDetector:
         self._over_cap = False
         self._previous: int | None = None  # the step of the record before: a value over the cap began after it
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         own, mean = metric(record, "grad_norm"), metric(record, "grad_norm_mean")
         gn = own if mean is None else mean  # the interval mean: 10x the information of one step at interval 10
         step = record.get("step")
@@ -109,7 +109,7 @@ class GradExplosionDetector:
             onset_step=window.points[0][0],  # the growth is fitted from there
         )
 
-    def _cap(self, record: dict[str, Any], own: float | None, gn: float, previous: int | None,
+    def _cap(self, record: JsonObject, own: float | None, gn: float, previous: int | None,
              step: int) -> Signal | None:
         """The absolute threshold's signal, once per excursion above it: any step of the interval above it counts
         (``grad_norm_max``), else the logging step's own grad_norm."""

@@ -7,11 +7,11 @@ follows from the architecture, the initialisation and the loss, none of which a 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from msmon.config.health import GradNormBoundSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import Breaches, metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 
@@ -33,7 +33,7 @@ class GradNormBoundDetector:
         self.initial: float | None = None
         self._breaches = Breaches(settings.patience)
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         value = metric(record, "grad_norm")
         if self.initial is None:
             first = metric(record, "grad_norm_initial")

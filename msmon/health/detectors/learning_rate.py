@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
 
 from msmon.config.health import LearningRateSettings
 from msmon.config.schedule import Schedule
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 ZERO_PATIENCE = 2  # one exact zero may be the last step of a schedule that decays to 0
@@ -35,7 +35,7 @@ class LearningRateDetector:
         self._seen_positive = False
         self._active: set[str] = set()
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         lr = metric(record, "learning_rate")
         step = record.get("step")
         if lr is None or not isinstance(step, int):
@@ -57,7 +57,7 @@ class LearningRateDetector:
                     signal = Signal("critical" if kind == "invalid" else "warning", message, values)
         return signal
 
-    def _context(self) -> dict[str, Any]:
+    def _context(self) -> JsonObject:
         s = self.schedule
         return {"schedule": s.type, "peak": s.peak, "warmup_end": s.warmup_end, "decay_end": s.decay_end}
 

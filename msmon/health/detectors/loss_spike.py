@@ -5,12 +5,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from typing import Any
 
 from msmon.config.health import LossSpikeSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
 from msmon.health.detectors.log_window import MedianWindow
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 MIN_REL_NOISE = 0.01  # the noise never counts as less than 1% of the level (a flat baseline)
@@ -45,7 +45,7 @@ class LossSpikeDetector:
         self._last_normal: int | None = None  # the last step whose loss entered the baseline
         self._active = False
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         loss = metric(record, "loss")
         step = record.get("step")
         if loss is None or not math.isfinite(loss) or not isinstance(step, int):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from msmon.config.health import MoeCollapseSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.moe_layers import LogSteps, RoutedTokens, experts_text
+from msmon.util.jsonfiles import JsonObject
 
 
 class MoeCollapseDetector:
@@ -24,7 +23,7 @@ class MoeCollapseDetector:
         self._streak: dict[int, tuple[int, int]] = {}  # layer -> (consecutive logs collapsed, the onset step)
         self._reported: set[int] = set()
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         step = record.get("step")
         layers = self._routed(record)
         if not layers or self.top_k is None or not isinstance(step, int):

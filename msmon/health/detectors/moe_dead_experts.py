@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from msmon.config.health import MoeDeadExpertsSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.moe_layers import LogSteps, RoutedTokens, experts_text
+from msmon.util.jsonfiles import JsonObject
 
 
 class MoeDeadExpertsDetector:
@@ -22,7 +21,7 @@ class MoeDeadExpertsDetector:
         self._idle: dict[tuple[int, int], tuple[int, int]] = {}  # (layer, expert) -> (the first idle step, logs)
         self._reported: set[tuple[int, int]] = set()
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         step = record.get("step")
         layers = self._routed(record)
         if not layers or not isinstance(step, int):

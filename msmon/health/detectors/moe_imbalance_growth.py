@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from typing import Any
 
 from msmon.config.health import MoeImbalanceGrowthSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.moe_layers import LogSteps, RoutedTokens, experts_text, layer_cv
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 
@@ -29,7 +29,7 @@ class MoeImbalanceGrowthDetector:
         self._streak: dict[int, tuple[int, int]] = {}  # layer -> (consecutive logs grown, the onset step)
         self._reported: set[int] = set()
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         s = self.settings
         step = record.get("step")
         layers = self._routed(record)

@@ -5,9 +5,9 @@ and experts named for people."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from msmon.config.metrics import MOE_PREFIX, is_expert_tokens
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import as_number
 from msmon.util.ranks import rank_ranges
 
@@ -34,7 +34,7 @@ class RoutedTokens:
         self._keys: frozenset[str] = frozenset()
         self._experts: tuple[tuple[str, int, int], ...] = ()  # (key, layer, expert)
 
-    def __call__(self, record: dict[str, Any]) -> dict[int, list[float]]:
+    def __call__(self, record: JsonObject) -> dict[int, list[float]]:
         if record.keys() != self._keys:
             self._keys = frozenset(record)
             self._experts = tuple((key, *found) for key in record if (found := expert_key(key)) is not None)
@@ -49,7 +49,7 @@ class RoutedTokens:
                 if sorted(experts) == list(range(len(experts)))}
 
 
-def layer_cv(record: dict[str, Any], layer: int) -> float | None:
+def layer_cv(record: JsonObject, layer: int) -> float | None:
     """The layer's coefficient of variation of its tokens per expert, as recorded."""
     number = as_number(record.get(f"{MOE_PREFIX}{LAYER}{layer}/cv"))
     return number if number is not None and math.isfinite(number) else None

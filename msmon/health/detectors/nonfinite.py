@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from msmon.config.health import NonFiniteSettings
 from msmon.config.metrics import nonfinite_values
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 LABELS = {"loss_mean": "loss_mean (a step since the previous log had a non-finite loss)"}
@@ -28,7 +27,7 @@ class NonFiniteDetector:
         self._active = False
         self._previous: int | None = None  # the step of the record before: a NaN in loss_mean began after it
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         bad = nonfinite_values(record)
         step, previous = record.get("step"), self._previous
         self._previous = step if isinstance(step, int) else previous

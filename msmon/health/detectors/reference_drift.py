@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from msmon.config.health import ReferenceDriftSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import Breaches, metric
 from msmon.reference.band import Position, ReferenceBand
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 
@@ -28,7 +29,7 @@ class ReferenceDriftDetector:
         self._recent: dict[str, deque[tuple[int, float]]] = {m: deque() for m in band.bands}
         self._breaches = {m: Breaches(settings.patience) for m in band.bands}
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         step = record.get("step")
         if not isinstance(step, int):
             return None

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from typing import Any
 
 from msmon.config.health import SlowStepSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 
@@ -30,7 +30,7 @@ class SlowStepDetector:
         """A restart from a checkpoint: its first log holds a graph compilation again."""
         self._seen = 0
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         ms = metric(record, "step_time_ms")
         step = record.get("step")
         if ms is None or not math.isfinite(ms) or ms <= 0 or not isinstance(step, int):

@@ -8,10 +8,10 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from msmon.config.health import StallSettings
 from msmon.health.alert import Signal
+from msmon.util.jsonfiles import JsonObject
 
 
 def calibrate(step_seconds: Sequence[float], settings: StallSettings) -> float:
@@ -66,7 +66,7 @@ class StallDetector:
         """Whether a checkpoint save or an evaluation runs at a step end in ``first..last``."""
         return any(last // every > (first - 1) // every for every in self.slow_every)
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         step, time = record.get("step"), record.get("time")
         if not isinstance(step, int) or isinstance(time, bool) or not isinstance(time, int | float):
             return None
@@ -112,7 +112,7 @@ class StallDetector:
 
     def check(
         self, idle_s: float, last_step: int | None, last_end_wall: float | None, step_seconds: Sequence[float],
-        detail: str | None = None, values: dict[str, Any] | None = None,
+        detail: str | None = None, values: JsonObject | None = None,
     ) -> Signal | None:
         """Live: ``idle_s`` since the last step end (or since start); ``step_seconds`` excludes step 1.
         ``detail`` says where the run hangs (the ranks, their stacks), ``values`` what the alert adds for it."""

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
 
 from msmon.config.health import ThroughputDropSettings
 from msmon.health.alert import Signal
 from msmon.health.detectors.base import metric
 from msmon.health.detectors.log_window import MedianWindow, median_of_sorted
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.numbers import fmt_number
 
 
-def speed(record: dict[str, Any]) -> tuple[str, float] | None:
+def speed(record: JsonObject) -> tuple[str, float] | None:
     """(name, value) of the record's speed: throughput, else samples/s, else 1000 / step_time_ms."""
     for key in ("throughput", "samples_per_s"):
         value = metric(record, key)
@@ -46,7 +46,7 @@ class ThroughputDropDetector:
         """A restart from a checkpoint: its first log holds a graph compilation again."""
         self._seen = 0
 
-    def observe(self, record: dict[str, Any]) -> Signal | None:
+    def observe(self, record: JsonObject) -> Signal | None:
         found = speed(record)
         step = record.get("step")
         if found is None or not isinstance(step, int):

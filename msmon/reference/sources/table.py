@@ -7,12 +7,11 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from msmon.config.metrics import canonical_metric
 from msmon.errors import MsmonError
 from msmon.reference.curve import METRICS, CurveBuilder, ReferenceCurve, ReferenceKind
-from msmon.util.jsonfiles import iter_jsonl
+from msmon.util.jsonfiles import JsonValue, iter_jsonl
 from msmon.util.numbers import as_number
 
 STEP_COLUMNS: tuple[str, ...] = ("step", "iteration", "global_step")
@@ -20,13 +19,13 @@ CSV_SUFFIXES = (".csv",)
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+def _csv_rows(path: Path) -> Iterator[tuple[int, Mapping[str, JsonValue]]]:
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
         for row in csv.DictReader(handle):
             yield 0, row
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, Mapping[str, JsonValue]]]:
     for line in iter_jsonl(path):
         if line.row is not None:
             yield line.number, line.row
@@ -48,7 +47,7 @@ def _columns(path: Path, names: list[str], tags: Mapping[str, str]) -> tuple[str
     return step, mapped
 
 
-def _step(value: Any, where: str) -> int:
+def _step(value: JsonValue, where: str) -> int:
     number = as_number(value, parse_strings=True)
     if number is None or not number.is_integer():
         raise MsmonError(f"{where}: the step must be an integer, got {value!r}", "write whole step numbers")
