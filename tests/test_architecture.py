@@ -157,10 +157,17 @@ def _silent(statement: ast.stmt, caught_as: str | None) -> bool:
     return False
 
 
+def _debug(statement: ast.stmt) -> bool:
+    """A ``logger.debug(...)`` line: not shown at the default level."""
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr == "debug")
+
+
 def test_no_broad_except_is_silent() -> None:
-    """msmon's own breakage is never silent: an ``except Exception`` handler does more than a debug line, a
+    """msmon's own breakage is never silent: an ``except Exception`` handler does more than debug lines, a
     ``pass``, a ``continue`` or an assignment (msmon.util.internal_errors.report logs it at warning, with its
-    traceback, and counts it; a handler that keeps the exception to raise or return it later is not silent)."""
+    traceback, and counts it; a handler that keeps the exception to raise or return it later is not silent), and no
+    ``contextlib.suppress(Exception)`` swallows it."""
     hidden = []
     for name, tree in _parsed():
         for node in ast.walk(tree):
@@ -170,12 +177,11 @@ def test_no_broad_except_is_silent() -> None:
             caught = {ast.unparse(t) for t in types} if types else {"BaseException"}
             if not caught & {"Exception", "BaseException"}:
                 continue
-            calls = [stmt.value for stmt in node.body
-                     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)]
-            only_debug = bool(calls) and len(calls) == len(node.body) and all(
-                isinstance(c.func, ast.Attribute) and c.func.attr == "debug" for c in calls)
-            if only_debug or all(_silent(stmt, node.name) for stmt in node.body):
+            if all(_silent(stmt, node.name) or _debug(stmt) for stmt in node.body):
                 hidden.append(f"{name}:{node.lineno}")
+        hidden.extend(f"{name}:{node.lineno} suppress" for node in ast.walk(tree) if isinstance(node, ast.Call)
+                      and ast.unparse(node.func).split(".")[-1] == "suppress"
+                      and {ast.unparse(arg) for arg in node.args} & {"Exception", "BaseException"})
     assert hidden == []
 
 
@@ -183,9 +189,10 @@ def test_the_silent_handler_rule_sees_each_shape() -> None:
     """The rule above flags each silent shape and lets a report or a kept exception through."""
     def flagged(body: str) -> bool:
         handler = ast.parse(f"try:\n    f()\nexcept Exception as exc:\n{body}").body[0].handlers[0]
-        return all(_silent(stmt, handler.name) for stmt in handler.body)
+        return all(_silent(stmt, handler.name) or _debug(stmt) for stmt in handler.body)
 
     assert flagged("    pass\n") and flagged("    continue\n") and flagged("    self.ok = False\n    return\n")
+    assert flagged("    logger.debug('x', exc)\n") and flagged("    logger.debug('x', exc)\n    return None\n")
     assert not flagged("    report('x', exc)\n") and not flagged("    failure = exc\n")
 
 
