@@ -169,3 +169,16 @@ def test_a_reference_logged_every_10_steps_and_one_logged_every_step_draw_one_na
     assert doubled and doubled[0].onset_step <= 15, [(a.onset_step, a.message) for a in doubled]
     band = build_band([load_reference(p) for p in refs], ReferenceDriftSettings(**settings)).bands["learning_rate"]
     assert math.exp(max(band.half_width)) < 1.3  # widest where the cosine nears 0 (before: x3.2 from the warm-up)
+
+
+def test_references_logged_every_10_steps_hold_a_run_logged_every_step(tmp_path):
+    """Both references logged every 10 steps, the run every step: between two of the references' logs their curve
+    may be anywhere from one log's band to the other's (the warm-up's peak at step 10-11 lies between logs 10 and
+    20), so the band spans both there. Before, the run's level between two logs was judged against the straight
+    line between them, and the same schedule left the band where it bends (here at step 188, near the cosine's end;
+    the recorded quickstart's seeds, thinned to every 10th step, at step 10 and again at 104)."""
+    refs = [table(tmp_path, name, schedule(5e-3, every=10)) for name in ("a", "b")]
+    settings = {"metrics": ("learning_rate",)}
+    assert drift(schedule(5e-3), refs, **settings) == []
+    doubled = drift(schedule(1e-2), refs, **settings)
+    assert doubled and doubled[0].onset_step <= 20, [(a.onset_step, a.message) for a in doubled]

@@ -53,8 +53,8 @@ class MetricBand:
     half_width: array
 
     def at(self, step: float, level: float) -> Position | None:
-        """``level`` (the run's smoothed value, > 0) against the band at ``step`` (linear between the grid's steps);
-        None outside the references."""
+        """``level`` (the run's smoothed value, > 0) against the band at ``step`` (the centre linear between the
+        grid's steps, the band spanning both ends' bands); None outside the references."""
         steps = self.steps
         if not steps[0] <= step <= steps[-1]:
             return None
@@ -63,8 +63,12 @@ class MetricBand:
         x0, x1 = steps[left], steps[right]
         weight = (step - x0) / (x1 - x0) if x1 > x0 else 1.0
         center = self.center[left] + weight * (self.center[right] - self.center[left])
-        half = self.half_width[left] + weight * (self.half_width[right] - self.half_width[left])
-        return Position(level, math.exp(center), math.exp(center - half), math.exp(center + half))
+        # between two steps of the grid the references' curves may lie anywhere from one end's band to the other's
+        # (a warm-up's peak between the logs of references logged every 10 steps): the band spans both
+        ends = (right,) if step == x1 else (left, right)
+        low = min(self.center[i] - self.half_width[i] for i in ends)
+        high = max(self.center[i] + self.half_width[i] for i in ends)
+        return Position(level, math.exp(center), math.exp(low), math.exp(high))
 
 
 @dataclass(frozen=True)
