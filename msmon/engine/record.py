@@ -64,9 +64,14 @@ def to_float(value: Tensor) -> float:
     return float(value)
 
 
+def to_host(value: Tensor) -> Tensor:
+    """A Tensor or Parameter as a numpy array (anything else as it is)."""
+    return value.asnumpy() if hasattr(value, "asnumpy") else value
+
+
 def to_max(value: Tensor) -> float:
     """The largest element of a Tensor or array as a float (NaN when any element is NaN)."""
-    array = value.asnumpy() if hasattr(value, "asnumpy") else value
+    array = to_host(value)
     if getattr(array, "size", 1) == 0:
         return math.nan
     return float(array.max()) if hasattr(array, "max") else float(array)

@@ -16,10 +16,11 @@ from msmon import layout
 from msmon.engine.grad_groups import GradGroups, trained_weights
 from msmon.engine.layer_summaries import WeightReader, reader_for_device
 from msmon.engine.probe.distribution_files import DistributionFiles
-from msmon.engine.probe.gradients import FirstMoments, first_moments, host
+from msmon.engine.probe.gradients import FirstMoments, first_moments
 from msmon.engine.probe.histograms import Histogram, histogram
 from msmon.engine.probe.profile import ProbeFailure
 from msmon.engine.probe.window import Window
+from msmon.engine.record import to_host
 from msmon.foreign import Cell, Tensor
 
 
@@ -65,7 +66,7 @@ class DistributionsProbe:
             return
         import numpy as np
 
-        now, then = [host(v) for v in self._copied()], [host(v) for v in copy]
+        now, then = [to_host(v) for v in self._copied()], [to_host(v) for v in copy]
         count = len(self._weights)
         gradients = self._gradients(step, then[count:], now[count:])
 

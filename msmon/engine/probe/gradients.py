@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from msmon.engine.record import to_host
 from msmon.foreign import Optimizer, Tensor
 
 #: (module, class) of an optimizer -> the prefix of its first moments' names (``<prefix>.<weight name>``).
@@ -24,11 +25,6 @@ FIRST_MOMENTS: dict[tuple[str, str], str] = {
     ("mindspore.nn.optim.adam", "AdamWeightDecay"): "adam_m",
     ("mindspore.nn.optim.adam", "Adam"): "moment1",  # with weight_decay, its L2 term is in the moment's gradient
 }
-
-
-def host(value: Tensor) -> Tensor:
-    """A Tensor or Parameter as a numpy array (anything else as it is)."""
-    return value.asnumpy() if hasattr(value, "asnumpy") else value
 
 
 @dataclass(frozen=True)
@@ -62,5 +58,5 @@ def first_moments(optimizer: Optimizer, weights: Sequence[Tensor]) -> tuple[Firs
     missing = [w.name for w in weights if f"{prefix}.{w.name}" not in by_name]
     if missing:
         return None, f"the optimizer {kind.__name__} has no {prefix}.{missing[0]}"
-    beta1 = float(np.asarray(host(optimizer.beta1), np.float32).reshape(-1)[0])  # the float32 the update uses
+    beta1 = float(np.asarray(to_host(optimizer.beta1), np.float32).reshape(-1)[0])  # the float32 the update uses
     return FirstMoments(tuple(by_name[f"{prefix}.{w.name}"] for w in weights), beta1, optimizer.global_step), ""
