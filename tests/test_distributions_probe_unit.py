@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import types
 from pathlib import Path
 from typing import Any
@@ -110,14 +109,13 @@ def test_mindinsights_own_histogram_api_returns_the_histograms_msmon_wrote(tmp_p
 
 def mindinsight_loaded(directory: Path) -> Any:
     """MindInsight's own DataManager with ``directory`` loaded as its summary base (the train job ``./``)."""
-    from mindinsight.datavisual.common.enums import DataManagerStatus
     from mindinsight.datavisual.data_transform.data_manager import DataManager
 
     manager = DataManager(str(directory))
-    manager.start_load_data(reload_interval=0)
-    deadline = time.monotonic() + 60
-    while manager.status != DataManagerStatus.DONE.value and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # two threads, the detail cache's and the brief cache's (the train jobs' tags): with reload_interval 0 each loads
+    # once and ends. The status turns DONE when the first has ended, while the second may still be loading
+    for thread in manager.start_load_data(reload_interval=0):
+        thread.join(timeout=120)
     return manager
 
 
