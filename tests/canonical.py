@@ -215,13 +215,15 @@ def hanging_server() -> socket.socket:
 
 
 # -- the catalogue ----------------------------------------------------------------------------------------------
-def _completed(work: Workspace, model: str, *, terminal: bool, learning_rate: float | None = None,
-               grow_from: int | None = None, grow_factor: float = 1.04, steps: int = 200) -> dict[str, Any]:
+def _completed(work: Workspace, model: str, *, terminal: bool, panel: bool = False,
+               learning_rate: float | None = None, grow_from: int | None = None, grow_factor: float = 1.04,
+               steps: int = 200) -> dict[str, Any]:
     """A 200-step run (``steps``) of a quickstart with every backend (the session's MLflow), the per-layer norms,
-    every step's outputs dumped, verbose lines and the report. The legacy one on a terminal (the live panel) with the
-    board beside it, kept after the run (its loss series read, then stopped with `msmon board stop`); the others
-    piped, the mcore ones with an override on the command line (their own seed). ``grow_from``: from that step block
-    1's gradients grow by ``grow_factor`` a step (tests/rank_callbacks.GrowBlock: the network computes the same)."""
+    every step's outputs dumped, verbose lines and the report, on a pseudo-terminal with ``terminal``. With
+    ``panel`` (completed_legacy) the live panel with the board beside it, kept after the run (its loss series read,
+    then stopped with `msmon board stop`); the others ``--plain`` (lr_2e_2 on a terminal: plain lines there too), the
+    mcore ones with an override on the command line (their own seed). ``grow_from``: from that step block 1's
+    gradients grow by ``grow_factor`` a step (tests/rank_callbacks.GrowBlock: the network computes the same)."""
     interval = 10
     extra = [registered("GrowBlock", model=model, block=1, step=grow_from, factor=grow_factor)] if grow_from else []
     overrides: dict[str, Any] = {"callbacks": callbacks(model, *extra, registered("DumpOutputs"))}
@@ -231,14 +233,14 @@ def _completed(work: Workspace, model: str, *, terminal: bool, learning_rate: fl
                          track_metrics=ALL_METRICS, mlflow={"tracking_uri": session_mlflow(), "timeout_s": 30.0},
                          overrides=overrides)
     args = ["run", str(config), "--report"]
-    args += ["--board", "--port", "0", "--keep-board"] if terminal else ["--plain"]
+    args += ["--board", "--port", "0", "--keep-board"] if panel else ["--plain"]
     if model == "mcore":
         args.append("seed=42")  # an override on the command line, as users type them (the quickstart's own seed)
     run = work.start(*args, terminal=terminal)
     board: dict[str, Any] = {}
     try:
         run.finish(kill=False)
-        if terminal:
+        if panel:
             board = _kept_board(work, run)
     finally:
         run.kill()
@@ -288,7 +290,7 @@ def _kept_board(work: Workspace, run: Launched) -> dict[str, Any]:
 
 
 def completed_legacy(work: Workspace) -> dict[str, Any]:
-    return _completed(work, "legacy", terminal=True)
+    return _completed(work, "legacy", terminal=True, panel=True)
 
 
 def completed_mcore(work: Workspace) -> dict[str, Any]:
@@ -343,8 +345,9 @@ def jump_legacy(work: Workspace) -> dict[str, Any]:
 
 def lr_2e_2(work: Workspace) -> dict[str, Any]:
     """completed_legacy at learning rate 2e-2, nothing else changed (MindInsight's lineage and hyperparameter
-    importance compare the three rates; `msmon compare` shows exactly the one key)."""
-    return _completed(work, "legacy", terminal=False, learning_rate=2e-2)
+    importance compare the three rates; `msmon compare` shows exactly the one key), with ``--plain`` on a terminal
+    (tests/test_run_terminal.py reads its screen)."""
+    return _completed(work, "legacy", terminal=True, learning_rate=2e-2)
 
 
 def diverged_stop_legacy(work: Workspace) -> dict[str, Any]:

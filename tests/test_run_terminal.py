@@ -82,22 +82,18 @@ def framework_lines(screen: str) -> list[str]:
 
 
 @pytest.mark.training
-def test_in_tmux_the_quickstart_shows_no_framework_line_with_the_panel_without_colour_or_plain(tmp_path: Path) -> None:
-    """Two real quickstart runs in a 140x40 tmux pane, one with NO_COLOR=1, one with --plain: not one line of the
-    framework on the screen from launch to the ending (mindformers' deprecation warnings, its step lines, MindSpore's
-    GLOG lines: all in console.log); the first line names that log, the ending counts its warnings; under NO_COLOR
-    the panel without a colour; --plain prints plain progress lines. (Neither: the canonical run on a terminal,
-    test_run_e2e.py.)"""
+def test_in_tmux_the_quickstart_shows_no_framework_line_with_the_panel_without_colour(tmp_path: Path) -> None:
+    """A real quickstart run in a 140x40 tmux pane with NO_COLOR=1: not one line of the framework on the screen from
+    launch to the ending (mindformers' deprecation warnings, its step lines, MindSpore's GLOG lines: all in
+    console.log); the first line names that log, the ending counts its warnings; the panel without a colour. (With
+    --plain on a terminal: the canonical lr_2e_2 run, below; neither: the canonical run on a terminal,
+    test_run_e2e.py.) A training of its own: a real terminal emulator's screen."""
     require_tool("tmux", "apt-get install -y tmux")
-    for name in ("nocolor", "plain"):
-        (tmp_path / name).mkdir()
-    configs = {name: write_quickstart_config(tmp_path / name, steps=20, run_name=name, log_interval=5,
-                                             monitor_type=["file"]) for name in ("nocolor", "plain")}
+    config = write_quickstart_config(tmp_path, steps=20, run_name="nocolor", log_interval=5, monitor_type=["file"])
     msmon = f"{shlex.quote(sys.executable)} -m msmon run"
     done = tmp_path / "done"
     script = (r"printf '\033[31mred\033[0m\n'; "
-              f"echo ==nocolor==; cd {tmp_path / 'nocolor'} && NO_COLOR=1 {msmon} {configs['nocolor']}; "
-              f"echo ==plain==; cd {tmp_path / 'plain'} && {msmon} {configs['plain']} --plain; "
+              f"echo ==nocolor==; cd {tmp_path} && NO_COLOR=1 {msmon} {config}; "
               f"echo ==end==; touch {done}; sleep 600")
     env = {k: v for k, v in msmon_env(tmp_path, terminal=True).items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
     tmux = ["tmux", "-L", f"msmon-runs-{os.getpid()}", "-f", "/dev/null"]
@@ -107,28 +103,42 @@ def test_in_tmux_the_quickstart_shows_no_framework_line_with_the_panel_without_c
         deadline = time.monotonic() + 600
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert done.exists(), "the two runs did not end within 10 minutes"
+        assert done.exists(), "the run did not end within 10 minutes"
         screen = subprocess.run([*tmux, "capture-pane", "-p", "-e", "-S", "-", "-J"], capture_output=True, check=True,
                                 text=True).stdout
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
     control, rest = screen.split("==nocolor==", 1)
     assert coloured(control)  # the control: the capture keeps a colour the pane showed
-    no_color, plain = rest.split("==plain==")
-    plain = plain.split("==end==")[0]
-    for name, part in (("nocolor", no_color), ("plain", plain)):
-        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", part)
-        assert framework_lines(text) == [], text[-3000:]
-        assert "msmon: the framework's output is in" in text and "console.log" in text
-        assert "run completed (exit 0" in text
-        run_dir = tmp_path / name / "monitor_logs" / "quickstart" / name
-        logged = (run_dir / "logs" / "console.log").read_text(encoding="utf-8")
-        assert parse_step_lines(logged) and sum(level_of(line) == 30 for line in logged.splitlines()) > 0
-        warnings = json.loads((run_dir / "run.json").read_text())["framework_warnings"]
-        assert warnings > 0 and f"framework output: {warnings} warnings, 0 errors, in {run_dir}" in text.replace(
-            "\n", "")
+    no_color = rest.split("==end==")[0]
+    assert_quiet_screen(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", no_color),
+                        tmp_path / "monitor_logs" / "quickstart" / "nocolor")
     assert "╭─ msmon" in no_color and not coloured(no_color), no_color[-2000:]
-    assert "msmon: step 20/20" in plain and "╭" not in plain
+
+
+def test_plain_on_a_terminal_prints_plain_lines_and_no_framework_line(canonical) -> None:
+    """`--plain` on a terminal (the canonical lr_2e_2 run, verbose, on a pseudo-terminal): a plain line per logged
+    step (verbose mode's, whose start line is msmon's too), no panel, and the screen as quiet as the panel's: not one
+    line of the framework, the log named first, the warnings counted at the ending."""
+    run = canonical("lr_2e_2")
+    assert run.code == 0, run.output[-3000:]
+    screen = run.output.replace("\r", "")
+    assert_quiet_screen(screen, run.run_dir)
+    steps = [int(line.split()[2]) for line in screen.splitlines() if line.startswith("msmon: step ")]
+    assert steps == [r["step"] for r in run.records()] and steps[-1] == run.steps, screen[-3000:]
+    assert "msmon: Monitor callback registered successfully" in screen and "╭" not in screen
+
+
+def assert_quiet_screen(text: str, run_dir: Path) -> None:
+    """What a run's screen (escape sequences removed) shows of the framework: nothing but the name of console.log,
+    which holds its lines, and the count of its warnings at the ending."""
+    assert framework_lines(text) == [], text[-3000:]
+    assert "msmon: the framework's output is in" in text and "console.log" in text
+    assert "run completed (exit 0" in text
+    logged = (run_dir / "logs" / "console.log").read_text(encoding="utf-8")
+    assert parse_step_lines(logged) and sum(level_of(line) == 30 for line in logged.splitlines()) > 0
+    warnings = json.loads((run_dir / "run.json").read_text())["framework_warnings"]
+    assert warnings > 0 and f"framework output: {warnings} warnings, 0 errors, in {run_dir}" in text.replace("\n", "")
 
 
 @pytest.mark.parametrize("name", ["lr_50_legacy", "lr_50_mcore"])

@@ -138,7 +138,8 @@ class MonitorSession:
             self._callback = make_callback(observer)
             if self.settings.verbose:
                 logger.info(
-                    "Monitor callback registered successfully: backends=%s metrics=%s log_interval=%d run_dir=%s",
+                    "msmon: Monitor callback registered successfully: backends=%s metrics=%s log_interval=%d "
+                    "run_dir=%s",
                     ",".join(self.backend_names) or "none", ",".join(self._metrics), self.settings.log_interval,
                     self.run_dir,
                 )
