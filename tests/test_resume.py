@@ -1,8 +1,9 @@
 """Resuming and restarting with the real Trainer, through `msmon run` / `msmon resume` child processes and real
-signals: the canonical interrupted run continued with `--resume` and no extra keys (legacy); an mcore training
-(per-token loss, separate losses) killed with SIGKILL, whose restart a Ctrl-C during the back-off cancels, then
-finished by `msmon resume`; one training that hangs (stopped by the stall detector), is restarted, is killed with
-SIGKILL, is restarted again and completes (legacy: restarts do not depend on the model). Two data-parallel ranks
+signals, in two tests: the canonical interrupted run continued with `--resume` and no extra keys (legacy); and
+one mcore training (per-token loss, separate losses, a DingTalk robot told of every event) killed with SIGKILL as
+the OOM killer does, restarted automatically from its checkpoint, killed again, its second restart cancelled by a
+Ctrl-C during the back-off, then finished by `msmon resume` (restarts do not depend on the model: the legacy
+model's restarts are the two-rank test's). A hang stopped by the stall detector and two data-parallel ranks
 restarting together: test_run_ranks.py; a configuration error never restarted: the canonical failed_compile runs
 (test_run_lifecycle.py).
 
@@ -139,44 +140,110 @@ def test_an_interrupted_quickstart_continues_with_resume_and_no_extra_keys(tmp_p
     assert (run_dir / "run.json").read_bytes() == recorded
 
 
-def test_a_killed_mcore_training_interrupted_in_its_back_off_is_finished_by_msmon_resume(tmp_path: Path) -> None:
-    """SIGKILL the training (mcore, with the per-token loss and mindformers' separate losses), then a real SIGINT to
-    `msmon run` while it waits out a 60 s restart back-off: it ends at once, interrupted (130), the dead attempt
-    recorded, no second attempt, nothing left running. `msmon resume RUN_DIR` (a generated run name) then finishes
-    it from the last checkpoint: one curve, the steps after the checkpoint trained again with the same loss, and
-    msmon's values equal what MFLossMonitor printed (per-token loss: the train step returns the loss already divided
-    by the token count; print_separate_loss with mtp_num_layers: Qwen3 builds no MTP block, so the MTP loss is an
-    exact 0 and not recorded)."""
+BACKOFF_S = 5  # --restart-backoff: the first restart waits 5 s, the second 10 s (RestartPolicy doubles it)
+
+
+def test_a_training_killed_like_the_oom_killer_does_restarts_then_msmon_resume_finishes_it_after_a_ctrl_c(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One mcore training (the per-token loss, mindformers' separate losses, a generated run name), `--max-restarts
+    2 --restart-backoff 5`, the team's DingTalk robot (a local stand-in that checks the signature) told of alerts and
+    of the run's end, in three attempts:
+
+    1. SIGKILL after the first checkpoint (as the OOM killer does): one restart alert, and after 5 s the training
+       restarts from that checkpoint, the steps it trains again giving the loss they gave the first time.
+    2. SIGKILL again after a later checkpoint: a second restart alert, then a real SIGINT to `msmon run` during its
+       10 s back-off: it ends at once, interrupted (130), the two dead attempts recorded, no third one, nothing left
+       running.
+    3. `msmon resume RUN_DIR` finishes it from the last checkpoint: one curve, the steps after it trained again with
+       the same loss, and msmon's values equal what MFLossMonitor printed (per-token loss: the train step returns the
+       loss already divided by the token count; print_separate_loss with mtp_num_layers: Qwen3 builds no MTP block,
+       so the MTP loss is an exact 0 and not recorded).
+
+    The robot hears, from the `msmon run` parent, which outlived each killed training: both restarts, the
+    interrupted end, then the resumed run's completion; neither its URL token nor its secret is in any file of the
+    run. It needs a training of its own: no canonical run is killed or restarted.
+
+    The back-off of 5 s: the first restart waits little, and the second back-off (10 s) is far longer than the test
+    takes to send the SIGINT once the second restart alert is on disk (a poll of 0.1 s: 0.1 s measured on the busy
+    2-core machine). The alert is written before the back-off begins; a SIGINT that came before the back-off would
+    still cancel the restart, one that came after it would show as a third attempt. (A hang stopped by the stall
+    detector, then restarted: the two-rank test of test_run_ranks.py.)"""
+    secret = "SECkill-test-3"
+    robots = RobotServer({"dingtalk": secret})
+    monkeypatch.setenv("MSMON_TEST_ROBOT_URL", robots.url("dingtalk"))
+    monkeypatch.setenv("MSMON_TEST_ROBOT_SECRET", secret)
+    chat = [{"service": "dingtalk", "url": "${oc.env:MSMON_TEST_ROBOT_URL}", "secret_env": "MSMON_TEST_ROBOT_SECRET",
+             "min_interval_s": 0}]
     config, _ = _config(tmp_path, "mcore", run_name="msmon_${now:%H%M%S%f}",  # a generated name
                         overrides={"calculate_per_token_loss": True, "print_separate_loss": True,
-                                   "model.model_config.mtp_num_layers": 1}, log_interval=10, monitor_type=["file"])
-    started = Launched.start(tmp_path, "run", str(config), "--plain", "--max-restarts", "1", "--restart-backoff", "60")
+                                   "model.model_config.mtp_num_layers": 1}, log_interval=10, monitor_type=["file"],
+                        health={"alerts": {"chat": chat}})
+    started = Launched.start(tmp_path, "run", str(config), "--plain", "--max-restarts", "2",
+                             "--restart-backoff", str(BACKOFF_S))
     try:
-        run_dir = started.wait_for(lambda: _generated_run_dir(tmp_path / "monitor_logs" / PROJECTS["mcore"]))
-        wait_for_checkpoint(started.wait_for, run_dir, step=40, checkpoint=EVERY)
-        kill_training(started)
-        started.wait_for(lambda: (run_dir / "alerts.jsonl").exists())  # written before the back-off begins
-        sent = time.monotonic()
-        started.proc.send_signal(signal.SIGINT)
-        code = started.finish(120)
-    finally:
-        started.kill()
-    print(f"measured: SIGINT in the back-off to exit {time.monotonic() - sent:.1f} s")
-    assert code == 130 and time.monotonic() - sent < 30, started.output[-3000:]
-    info = json.loads((run_dir / "run.json").read_text())
-    assert info["status"] == "interrupted" and info["exit_code"] == 130
-    assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("failed", "start")], info["attempts"]
-    (restart,) = records(run_dir, "alerts.jsonl")
-    assert restart["detector"] == "restart" and "restart 1 of 1" in restart["message"]
-    assert processes_of(run_dir) == []
+        try:
+            run_dir = started.wait_for(lambda: _generated_run_dir(tmp_path / "monitor_logs" / PROJECTS["mcore"]))
+            wait_for_checkpoint(started.wait_for, run_dir, step=40, checkpoint=EVERY)
+            first = _checkpoint_step(run_dir)
+            kill_training(started)
+            wait_for_checkpoint(started.wait_for, run_dir, step=first + EVERY + 10, checkpoint=first + EVERY)
+            second = _checkpoint_step(run_dir)
+            kill_training(started)
+            started.wait_for(lambda: len(records(run_dir, "alerts.jsonl")) == 2)
+            sent, alerted = time.monotonic(), time.time()
+            started.proc.send_signal(signal.SIGINT)
+            code = started.finish(120)
+        finally:
+            started.kill()
+        late = alerted - records(run_dir, "alerts.jsonl")[1]["time"]
+        print(f"measured: SIGINT {late:.1f} s after the second restart alert, {time.monotonic() - sent:.1f} s from "
+              "it to the exit")
+        assert code == 130 and time.monotonic() - sent < 30, started.output[-3000:]
+        assert processes_of(run_dir) == []
+        interrupted = json.loads((run_dir / "run.json").read_text())
+        assert interrupted["status"] == "interrupted" and interrupted["exit_code"] == 130
+        assert [(a["status"], a["reason"], a["resumed_from_step"]) for a in interrupted["attempts"]] == [
+            ("failed", "start", None), ("failed", "restart", first)], (f"SIGINT {late:.1f} s after the alert",
+                                                                       interrupted["attempts"])
+        for attempt, saved in zip(interrupted["attempts"], (first, second), strict=True):
+            assert "code -9" in attempt["error"] and attempt["last_step"] > saved, attempt
+        alerts = records(run_dir, "alerts.jsonl")
+        assert [(a["detector"], a["action"]) for a in alerts] == [("restart", "restart")] * 2, alerts
+        for number, (alert, saved) in enumerate(zip(alerts, (first, second), strict=True), 1):
+            assert f"restart {number} of 2" in alert["message"] and "code -9" in alert["message"], alert
+            assert alert["values"]["resumed_from_step"] == saved and alert["values"]["delay_s"] == BACKOFF_S * number
+        assert "HEALTH ALERT [warning]" in started.output
 
-    resumed = run_msmon("resume", str(run_dir), "--plain", cwd=tmp_path, timeout=900)
-    assert resumed.code == 0, resumed.stderr[-3000:]
+        resumed = run_msmon("resume", str(run_dir), "--plain", cwd=tmp_path, timeout=900)
+        assert resumed.code == 0, resumed.stderr[-3000:]
+    finally:
+        robots.close()
+    told = [body["markdown"]["text"] for _, body in robots.received["dingtalk"]]
+    assert robots.refused == 0 and len(told) == 4, told
+    for message, saved in zip(told[:2], (first, second), strict=True):
+        assert message.startswith(f"### msmon warning: restart at step {saved} ({run_dir.name})"), message
+        assert "code -9" in message
+    assert told[2].startswith(f"### msmon: run {run_dir.name} interrupted") and "- **exit code**: 130" in told[2]
+    assert f"- **last step**: {interrupted['last_step']} of {STEPS}" in told[2] and interrupted["last_step"] > second
+    assert told[3].startswith(f"### msmon: run {run_dir.name} completed") and "- **exit code**: 0" in told[3]
+    assert f"- **last step**: {STEPS} of {STEPS}" in told[3]
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            data = path.read_bytes()
+            assert b"t0ken" not in data and secret.encode() not in data, path
+
     rows = one_curve(run_dir)
-    same_losses(records(run_dir, "metrics.attempt-1.jsonl"), rows)
+    same_losses(records(run_dir, "metrics.attempt-1.jsonl"), rows)  # resumed from the first checkpoint
+    same_losses(records(run_dir, "metrics.attempt-2.jsonl"), rows)  # and from the second
     info = json.loads((run_dir / "run.json").read_text())
-    assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("failed", "start"), ("completed", "resume")]
+    # one alert per automatic restart (docs/run.md): the restart that ran; the second restart alert, in
+    # alerts.jsonl, announced a restart the SIGINT cancelled, and both chat messages of the end say so too
+    assert info["status"] == "completed" and info["last_step"] == STEPS and info["alert_count"] == 1
+    assert interrupted["alert_count"] == 1 and all("- **alerts**: 1\n" in message for message in told[2:])
+    assert [(a["status"], a["reason"], a["resumed_from_step"]) for a in info["attempts"]] == [
+        ("failed", "start", None), ("failed", "restart", first), ("completed", "resume", second)]
     assert info["command"][:2] == ["msmon", "run"] and "--resume" in info["command"]
+    assert len(records(run_dir, "alerts.jsonl")) == 2, "the resumed run raised no alert"
     printed = mindformers_step_lines(run_dir)  # the resumed attempt printed the steps after the checkpoint last
     for row in rows:
         for name in ("loss", "grad_norm", "learning_rate", "loss_lm"):  # printed with 6 or 8 significant digits
@@ -185,51 +252,12 @@ def test_a_killed_mcore_training_interrupted_in_its_back_off_is_finished_by_msmo
         assert "loss_mtp" not in row and "loss_aux" not in row
 
 
+def _checkpoint_step(run_dir: Path) -> int:
+    point = latest_checkpoint(run_dir)
+    assert point is not None
+    return point.step
+
+
 def _generated_run_dir(project: Path) -> Path | None:
     found = [p for p in project.glob("msmon_*") if (p / "run.json").exists()] if project.is_dir() else []
     return found[0] if found else None
-
-
-def test_a_training_killed_like_the_oom_killer_does_is_restarted_from_its_last_checkpoint(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One process, `--max-restarts 1`: SIGKILL after a checkpoint at step 60 or later (as the OOM killer does); it
-    restarts from that checkpoint after one restart alert and completes: one curve, the steps trained twice with the
-    same loss. The team's DingTalk robot (a local stand-in that checks the signature) hears of the kill from the
-    `msmon run` parent, which outlived the killed training, and then of the run's end; neither the robot's URL
-    token nor its secret is in any file of the run. (A hang stopped by the stall detector, then restarted: the
-    two-rank test of test_run_ranks.py.)"""
-    robots = RobotServer({"dingtalk": "SECkill-test-3"})
-    monkeypatch.setenv("MSMON_TEST_ROBOT_URL", robots.url("dingtalk"))
-    monkeypatch.setenv("MSMON_TEST_ROBOT_SECRET", "SECkill-test-3")
-    chat = [{"service": "dingtalk", "url": "${oc.env:MSMON_TEST_ROBOT_URL}", "secret_env": "MSMON_TEST_ROBOT_SECRET",
-             "min_interval_s": 0}]
-    config, run_dir = _config(tmp_path, "legacy", log_interval=10, monitor_type=["file"],
-                              health={"alerts": {"chat": chat}})
-    started = Launched.start(tmp_path, "run", str(config), "--plain", "--max-restarts", "1", "--restart-backoff", "1")
-    try:
-        wait_for_checkpoint(started.wait_for, run_dir, step=60, checkpoint=60)
-        saved = latest_checkpoint(run_dir).step
-        kill_training(started)
-        assert started.finish(900) == 0, started.output[-3000:]
-    finally:
-        started.kill()
-        robots.close()
-    told = [body["markdown"]["text"] for _, body in robots.received["dingtalk"]]
-    assert robots.refused == 0 and len(told) == 2, told
-    assert told[0].startswith("### msmon warning: restart at step") and "code -9" in told[0]
-    assert told[1].startswith("### msmon: run resumed completed") and f"- **last step**: {STEPS} of {STEPS}" in told[1]
-    for path in tmp_path.rglob("*"):
-        if path.is_file() and path.stat().st_size < 50_000_000:
-            data = path.read_bytes()
-            assert b"t0ken" not in data and b"SECkill-test-3" not in data, path
-    alerts = records(run_dir, "alerts.jsonl")
-    assert [(a["detector"], a["action"]) for a in alerts] == [("restart", "restart")], alerts
-    assert alerts[0]["values"]["resumed_from_step"] == saved >= 60 and "HEALTH ALERT [warning]" in started.output
-    rows = one_curve(run_dir)
-    same_losses(records(run_dir, "metrics.attempt-1.jsonl"), rows)
-    info = json.loads((run_dir / "run.json").read_text())
-    assert info["status"] == "completed" and info["alert_count"] == 1 and info["last_step"] == STEPS
-    first, second = info["attempts"]
-    assert first["status"] == "failed" and "code -9" in first["error"] and first["last_step"] > saved
-    assert (second["status"], second["reason"], second["resumed_from_step"]) == ("completed", "restart", saved)
-    assert processes_of(run_dir) == []
