@@ -4,8 +4,9 @@ data, and the run ends as a clean run would.
 
 Most tests read the canonical runs of tests/canonical_rollback.py: per model path one rolled-back run (steps 150-170
 corrupt, 300 steps) and one that only alerts on data corrupt at steps 250-270 (its first 249 steps are the clean
-run). The edge cases train their own, on the fewest steps that show them: 65 steps of batch 8, a checkpoint every
-10, the window from step 48 (the detector's baseline filled, the loss still well below the corrupt data's).
+run). The edge cases train their own, on the fewest steps that show them: 65 steps of batch 8 (on two ranks, each
+rank's), a checkpoint every 10, the window from step 48 (the detector's baseline filled, the loss still well below
+the corrupt data's).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from canonical_rollback import LATE_WINDOW
 from conftest import run_msmon
-from helpers_rollback import BATCH, CHECKPOINT_STEPS, STEPS, WINDOW, corrupt_dataset, rollback_config, run_dir
+from helpers_rollback import BATCH, STEPS, WINDOW, corrupt_dataset, rollback_config, run_dir
 from launch import Launched, records
 
 pytestmark = pytest.mark.training
@@ -171,37 +172,49 @@ SHORT_WINDOW = (48, 52)
 AGAIN_WINDOW = (48, 64)  # to the data's end but one batch: skip_steps 8 skips too little after the first alert
 
 
-def again_health(max_rollbacks: int) -> dict[str, Any]:
-    return {"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 8, "max_rollbacks": max_rollbacks}}
+def again_health(max_rollbacks: int, detector: str = "loss_spike") -> dict[str, Any]:
+    return {detector: {"action": "rollback"}, "rollback": {"skip_steps": 8, "max_rollbacks": max_rollbacks}}
 
 
-def test_a_second_spike_near_the_data_end_rolls_back_again_and_never_skips_past_the_data(tmp_path: Path) -> None:
-    """``skip_steps: 8`` skips too little: the data after the first rollback is still corrupt (steps 48-64 of 65), so
-    the loss spikes again right after step 40, and the run rolls back a second time (to the same checkpoint, the data
-    skipped further) within its 3 rollbacks. A held-out night: a skip past the data's end (MindSpore: "reset step
-    must be less than dataset_size * num_epochs") failed the rollback attempt (exit 3); now the margin past the bad
-    window is shortened to what the data holds: the second skip ends at the data's last batch, which step 41 trains,
-    and the run completes. A training of its own: a second spike and the data's end, at a moment of the run (the
-    mcore model's; the legacy model reaches its data's end in the two-epoch case below: one model path each)."""
-    data = corrupt_dataset(tmp_path, "mcore", AGAIN_WINDOW, steps=SHORT_STEPS)
-    code, rolled, output = train(tmp_path, "again", "mcore", data, health=again_health(3))
+def test_a_nan_loss_again_near_the_data_end_rolls_back_again_and_never_skips_past_the_data(tmp_path: Path) -> None:
+    """mcore: a loss mask of NaN at steps 48-64 of 65 (but 57) makes the loss NaN; ``nonfinite: rollback`` rolls
+    back to step 40 and ``skip_steps: 8`` skips too little: the first step after it trains the clean batch 57, the
+    next one NaN data again, and the run rolls back a second time (to the same checkpoint, the data skipped further)
+    within its 3 rollbacks. No NaN survives in the curve; the first attempt's NaN is kept in metrics.attempt-1.jsonl.
+    A held-out night: a skip past the data's end (MindSpore: "reset step must be less than dataset_size *
+    num_epochs") failed the rollback attempt (exit 3); now the margin past the bad window is shortened to what the
+    data holds: the second skip ends at the data's last batch, which step 41 trains, and the run completes. A
+    training of its own: NaN data, a second rollback and the data's end, at a moment of the run (the mcore model's;
+    the legacy model reaches its data's end in the two-epoch case below: one model path each).
+
+    Batch 57 is clean because a NaN on the first step of a resumed attempt is numbered one step short (msmon numbers
+    a resumed run by the optimizer's ``global_step`` at its first step end, which a step that overflowed did not
+    advance): step 41 recorded as step 40, its rollback would go back to step 30."""
+    data = corrupt_dataset(tmp_path, "mcore", AGAIN_WINDOW, kind="nan_mask", steps=SHORT_STEPS, clean=(57,))
+    code, rolled, output = train(tmp_path, "again", "mcore", data, health=again_health(3, "nonfinite"))
     assert code == 0, output[-3000:]
     recorded = info(rolled)
     assert recorded["status"] == "completed" and "note" not in recorded and "Cannot reset the pipeline" not in output
     first, second = recorded["rollbacks"]
+    assert (first["detector"], second["detector"]) == ("nonfinite", "nonfinite")
+    assert (first["onset_step"], second["onset_step"]) == (48, 42)  # a NaN: the alert at its first step
     assert first["checkpoint_step"] < first["onset_step"] <= AGAIN_WINDOW[0] + 1
-    assert first["skip_to"] < AGAIN_WINDOW[1]  # too little: the second spike
+    assert first["skip_to"] < AGAIN_WINDOW[1]  # too little: NaN again
     assert (first["checkpoint_step"], second["checkpoint_step"]) == (40, 40)
     assert second["skip_from"] == first["skip_to"] and second["onset_step"] <= 40 + SHORT_CHECKPOINTS
     assert second["skip_to"] == SHORT_STEPS - 1 >= AGAIN_WINDOW[1]  # the margin shortened: the last batch kept
     assert "the margin past the bad window shortened to" in output
     assert [a["reason"] for a in recorded["attempts"]] == ["start", "rollback", "rollback"]
-    assert [r["step"] for r in records(rolled)] == list(range(1, 40 + 2))  # each step once, the last batch trained
+    rows = records(rolled)
+    assert [r["step"] for r in rows] == list(range(1, 40 + 2))  # each step once, the last batch trained
+    assert all(r["loss"] == r["loss"] for r in rows)  # no NaN survives
+    assert any(r["loss"] != r["loss"] for r in records(rolled, "metrics.attempt-1.jsonl"))
 
 
 def test_a_second_spike_with_no_rollback_left_stops_the_run(tmp_path: Path) -> None:
-    """The data of the test above with ``max_rollbacks: 1``: the second spike stops the run (exit 4), and run.json
-    says the budget is spent. A training of its own: the budget ends the run."""
+    """Random tokens at steps 48-64 of 65 (the window of the test above), ``skip_steps: 8`` and ``max_rollbacks: 1``:
+    the loss spikes again after the rollback, the second spike stops the run (exit 4), and run.json says the budget
+    is spent. A training of its own: the budget ends the run."""
     data = corrupt_dataset(tmp_path, "legacy", AGAIN_WINDOW, steps=SHORT_STEPS)
     code, rolled, output = train(tmp_path, "again", "legacy", data, health=again_health(1))
     assert code == 4, output[-3000:]
@@ -235,19 +248,6 @@ def test_a_rollback_at_the_end_of_the_second_epoch_ends_the_run_with_its_data_ex
     assert steps == list(range(1, steps[-1] + 1))  # each step once
     assert recorded["note"].startswith("its data exhausted: the loss_spike") and f"of the data's {data_end}" in \
         recorded["note"] and "run completed: its data exhausted" in run.output
-
-
-def test_a_nan_loss_from_bad_data_is_rolled_back_and_skipped(tmp_path: Path) -> None:
-    """mcore: a loss mask of NaN at steps 48-52 makes the loss NaN; ``nonfinite: rollback`` rolls back to step 40,
-    skips the window, and the run completes with no NaN in its curve. A training of its own: its data is NaN."""
-    health = {"nonfinite": {"action": "rollback"}, "rollback": {"skip_steps": 10}}
-    data = corrupt_dataset(tmp_path, "mcore", SHORT_WINDOW, kind="nan_mask", steps=SHORT_STEPS)
-    code, rolled, output = train(tmp_path, "nan", "mcore", data, health=health)
-    assert code == 0, output[-3000:]
-    (made,) = info(rolled)["rollbacks"]
-    assert (made["detector"], made["checkpoint_step"]) == ("nonfinite", 40) and made["skip_to"] >= SHORT_WINDOW[1]
-    assert all(r["loss"] == r["loss"] for r in records(rolled))  # no NaN survives
-    assert any(r["loss"] != r["loss"] for r in records(rolled, "metrics.attempt-1.jsonl"))
 
 
 def test_no_checkpoint_before_the_onset_stops_the_run_and_says_why(tmp_path: Path) -> None:
@@ -289,24 +289,28 @@ def test_ctrl_c_during_a_rollback_ends_the_run_interrupted_with_nothing_left(tmp
 
 
 def test_two_ranks_roll_back_to_the_same_step_and_skip_the_same_data(tmp_path: Path) -> None:
-    """msrun, two data-parallel ranks, each reading its own shard of a dataset whose batches of steps 150-170 are
-    corrupt on both ranks: the writing rank's loss spike rolls both ranks back to step 100, mindformers on each
-    rank says it skipped the same data, and the run completes (exit 0). A training of its own: msrun's ranks."""
+    """msrun, two data-parallel ranks, each reading its own shard of a dataset whose batches of steps 48-52 of 65 are
+    corrupt on both ranks: the writing rank's loss spike rolls both ranks back to step 40, mindformers on each rank
+    says it skipped the same data, and the run completes (exit 0). Each rank's batch is 8, as the single-rank cases'
+    (of the quickstart's 2 the writing rank's loss at step 48 was as noisy and as high as 2/3 of the corrupt data's: a
+    spike barely over the detector's 1.5x). A training of its own: msrun's ranks."""
     from helpers_ranks import RankRun
 
-    steps, per_rank = 240, 2
-    data = corrupt_dataset(tmp_path, "legacy", WINDOW, steps=steps, samples_per_step=2 * per_rank)
-    checkpoints = {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": CHECKPOINT_STEPS,
+    batch = ("runner_config.batch_size", "train_dataset.batch_size", "model.model_config.batch_size")
+    data = corrupt_dataset(tmp_path, "legacy", SHORT_WINDOW, steps=SHORT_STEPS, samples_per_step=2 * BATCH)
+    checkpoints = {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": SHORT_CHECKPOINTS,
                    "keep_checkpoint_max": 5, "integrated_save": False, "async_save": False}
-    run = RankRun.start(tmp_path, steps=steps, log_interval=1, callbacks=[checkpoints],
-                        health={"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 30}},
+    run = RankRun.start(tmp_path, steps=SHORT_STEPS, log_interval=1, callbacks=[checkpoints],
+                        health={"loss_spike": {"action": "rollback"}, "rollback": {"skip_steps": 10}},
                         extra=[f"train_dataset.data_loader.dataset_dir={data}",
-                               "train_dataset.data_loader.shuffle=False"])
+                               "train_dataset.data_loader.shuffle=False",
+                               f"train_dataset.data_loader.num_samples={SHORT_STEPS * BATCH}",
+                               *(f"{key}={BATCH}" for key in batch)])
     assert run.finish() == 0, run.stderr[-3000:]
     (made,) = info(run.run_dir)["rollbacks"]
-    assert made["checkpoint_step"] == 100 and made["skip_to"] >= WINDOW[1]
+    assert made["checkpoint_step"] == 40 and made["skip_to"] >= SHORT_WINDOW[1]
     skipped = [(run.run_dir / "logs" / "output" / "log" / f"rank_{rank}" / "info.log").read_text(
         encoding="utf-8", errors="replace").count(f"dataset skip {made['skip_to']} steps") for rank in (0, 1)]
     assert skipped == [1, 1], skipped
-    assert [a["resumed_from_step"] for a in info(run.run_dir)["attempts"]] == [None, 100]
-    assert max(r["step"] for r in records(run.run_dir)) == steps - made["skipped_steps"]
+    assert [a["resumed_from_step"] for a in info(run.run_dir)["attempts"]] == [None, 40]
+    assert max(r["step"] for r in records(run.run_dir)) == SHORT_STEPS - made["skipped_steps"]
