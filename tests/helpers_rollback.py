@@ -21,12 +21,11 @@ PROJECTS = {"legacy": "quickstart", "mcore": "quickstart_qwen3"}
 
 
 def corrupt_dataset(directory: Path, model: str, window: tuple[int, int] | None, kind: str = "random", *,
-                    steps: int = STEPS, samples_per_step: int = BATCH, clean: tuple[int, ...] = ()) -> Path:
+                    steps: int = STEPS, samples_per_step: int = BATCH) -> Path:
     """The quickstart's dataset (``steps`` steps of ``samples_per_step``) with the samples of the steps in ``window``
-    (but the steps in ``clean``) corrupt: ``random`` tokens (the loss jumps to about log(vocab)), or ``nan_mask`` (the
-    mcore loss mask NaN: the loss is NaN). Several data-parallel ranks read samples r, r + N, r + 2N, ...
-    (MindRecord's shard sampler, shuffle off), so their steps' samples are one block too: give ``samples_per_step``
-    over all ranks."""
+    corrupt: ``random`` tokens (the loss jumps to about log(vocab)), or ``nan_mask`` (the mcore loss mask NaN: the
+    loss is NaN). Several data-parallel ranks read samples r, r + N, r + 2N, ... (MindRecord's shard sampler,
+    shuffle off), so their steps' samples are one block too: give ``samples_per_step`` over all ranks."""
     import dataclasses
 
     import numpy as np
@@ -39,8 +38,7 @@ def corrupt_dataset(directory: Path, model: str, window: tuple[int, int] | None,
                                samples=steps * samples_per_step)
     rows = sequences(spec)
     rng = np.random.default_rng(7)
-    steps_bad = [step for step in range(window[0], window[1] + 1) if step not in clean] if window else []
-    bad = [index for step in steps_bad for index in range(samples_per_step * (step - 1), samples_per_step * step)]
+    bad = range(samples_per_step * (window[0] - 1), samples_per_step * window[1]) if window else range(0)
     if kind == "random":
         for index in bad:
             rows[index] = rng.integers(0, spec.vocab_size, size=rows.shape[1])
@@ -48,8 +46,7 @@ def corrupt_dataset(directory: Path, model: str, window: tuple[int, int] | None,
     if kind == "nan_mask":
         for index in bad:
             samples[index]["loss_mask"] = np.full(spec.seq_length, np.nan, np.float32)
-    kept = f"-clean{list(clean)}" if clean else ""
-    path = directory / f"{model}-{kind}-{window}-{samples_per_step}{kept}.mindrecord"
+    path = directory / f"{model}-{kind}-{window}-{samples_per_step}.mindrecord"
     writer = FileWriter(str(path), shard_num=1, overwrite=True)
     writer.add_schema({key: {"type": str(value.dtype), "shape": [-1]} for key, value in samples[0].items()}, "corrupt")
     writer.write_raw_data(samples)

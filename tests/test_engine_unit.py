@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -137,6 +138,26 @@ def test_the_planned_steps_and_the_data_follow_a_resume_and_a_rollback(tmp_path:
     observer.step_end(Params(cur_step_num=1, cur_epoch_num=epoch, epoch_num=3 - epoch, batch_num=50,
                              optimizer=Optimizer(), train_dataset=Dataset()))
     assert (progress.last_step, progress.data_batches, progress.total_steps) == (before + 1, 100, total)
+
+
+@pytest.mark.parametrize(("initial_step", "global_step", "step"), [
+    (40, 40, 41),  # resumed from step 40, its first step's loss NaN: the optimizer skipped its update and its count
+    (50, 48, 51),  # resumed from a checkpoint saved after two overflowed steps (global_step 47 restored)
+    (None, 41, 41),  # no mindformers loss monitor among the callbacks: the optimizer's count
+])
+def test_a_resumed_run_counts_its_steps_from_the_step_mindformers_resumed_from(
+        tmp_path: Path, initial_step: int | None, global_step: int, step: int) -> None:
+    """The first step of a resumed run is numbered as mindformers' step lines number it (its loss monitor's
+    ``initial_step``, the checkpoint's step) + 1; the optimizer's ``global_step`` falls short by every step whose
+    gradients overflowed (seen: a rollback's second attempt, NaN again at its first step, recorded as step 40, not
+    41)."""
+    monitor = SimpleNamespace(initial_step=initial_step) if initial_step is not None else SimpleNamespace()
+    progress = StepProgress()
+    observer = StepObserver(settings(tmp_path, log_interval=10), progress, None, Stop())
+    observer.begin(Params(epoch_num=1, batch_num=100))
+    observer.step_end(Params(cur_step_num=1, cur_epoch_num=1, epoch_num=1, batch_num=100,
+                             optimizer=SimpleNamespace(global_step=global_step), list_callback=[monitor]))
+    assert progress.last_step == step
 
 
 def test_the_read_plan_is_decided_once_from_the_settings(tmp_path: Path) -> None:
@@ -668,8 +689,6 @@ def test_mlflow_close_costs_two_requests_to_the_server(tmp_path: Path) -> None:
 def test_a_failing_learning_rate_read_is_counted_once_and_the_records_go_on(tmp_path: Path):
     """msmon's read of the optimizer's schedule raising (a schedule msmon does not know) is an internal error,
     counted and logged once, not a silent gap; the records go on without the learning rate."""
-    from types import SimpleNamespace
-
     from msmon.util import internal_errors
 
     def broken_schedule(step: Any) -> float:

@@ -177,27 +177,25 @@ def again_health(max_rollbacks: int, detector: str = "loss_spike") -> dict[str, 
 
 
 def test_a_nan_loss_again_near_the_data_end_rolls_back_again_and_never_skips_past_the_data(tmp_path: Path) -> None:
-    """mcore: a loss mask of NaN at steps 48-64 of 65 (but 57) makes the loss NaN; ``nonfinite: rollback`` rolls
-    back to step 40 and ``skip_steps: 8`` skips too little: the first step after it trains the clean batch 57, the
-    next one NaN data again, and the run rolls back a second time (to the same checkpoint, the data skipped further)
-    within its 3 rollbacks. No NaN survives in the curve; the first attempt's NaN is kept in metrics.attempt-1.jsonl.
-    A held-out night: a skip past the data's end (MindSpore: "reset step must be less than dataset_size *
-    num_epochs") failed the rollback attempt (exit 3); now the margin past the bad window is shortened to what the
-    data holds: the second skip ends at the data's last batch, which step 41 trains, and the run completes. A
-    training of its own: NaN data, a second rollback and the data's end, at a moment of the run (the mcore model's;
-    the legacy model reaches its data's end in the two-epoch case below: one model path each).
-
-    Batch 57 is clean because a NaN on the first step of a resumed attempt is numbered one step short (msmon numbers
-    a resumed run by the optimizer's ``global_step`` at its first step end, which a step that overflowed did not
-    advance): step 41 recorded as step 40, its rollback would go back to step 30."""
-    data = corrupt_dataset(tmp_path, "mcore", AGAIN_WINDOW, kind="nan_mask", steps=SHORT_STEPS, clean=(57,))
+    """mcore: a loss mask of NaN at steps 48-64 of 65 makes the loss NaN; ``nonfinite: rollback`` rolls back to step
+    40 and ``skip_steps: 8`` skips too little: the first step after it (41) trains NaN data again, and the run rolls
+    back a second time (to the same checkpoint, the data skipped further) within its 3 rollbacks. No NaN survives in
+    the curve; the first attempt's NaN is kept in metrics.attempt-1.jsonl. A held-out night: a skip past the data's
+    end (MindSpore: "reset step must be less than dataset_size * num_epochs") failed the rollback attempt (exit 3);
+    now the margin past the bad window is shortened to what the data holds: the second skip ends at the data's last
+    batch, which step 41 trains, and the run completes. And the NaN at the resumed attempt's first step is step 41,
+    as mindformers counts it (msmon numbered it from the optimizer's count, which a step whose gradients overflowed
+    does not advance: step 40, and its rollback went back to step 30). A training of its own: NaN data, a second
+    rollback and the data's end, at a moment of the run (the mcore model's; the legacy model reaches its data's end in
+    the two-epoch case below: one model path each)."""
+    data = corrupt_dataset(tmp_path, "mcore", AGAIN_WINDOW, kind="nan_mask", steps=SHORT_STEPS)
     code, rolled, output = train(tmp_path, "again", "mcore", data, health=again_health(3, "nonfinite"))
     assert code == 0, output[-3000:]
     recorded = info(rolled)
     assert recorded["status"] == "completed" and "note" not in recorded and "Cannot reset the pipeline" not in output
     first, second = recorded["rollbacks"]
     assert (first["detector"], second["detector"]) == ("nonfinite", "nonfinite")
-    assert (first["onset_step"], second["onset_step"]) == (48, 42)  # a NaN: the alert at its first step
+    assert (first["onset_step"], second["onset_step"]) == (48, 41)  # a NaN: the alert at its first step
     assert first["checkpoint_step"] < first["onset_step"] <= AGAIN_WINDOW[0] + 1
     assert first["skip_to"] < AGAIN_WINDOW[1]  # too little: NaN again
     assert (first["checkpoint_step"], second["checkpoint_step"]) == (40, 40)

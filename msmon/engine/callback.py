@@ -166,7 +166,7 @@ class StepObserver:
         now = time.monotonic()
         if self._offset is None:  # MindSpore counts from 1 again in a resumed run; its optimizer restored the step
             self._optimizer = find_optimizer(cb_params)
-            self._offset = steps_before(self._optimizer, cb_params.cur_step_num)
+            self._offset = steps_before(cb_params, self._optimizer)
             self._bucket = self._offset // self.plan.interval
             self._clock.first_step(self._offset)
             self._plan_steps(cb_params, self._offset)

@@ -17,12 +17,19 @@ def find_optimizer(cb_params: CallbackParams) -> Optimizer:
     return cb_params.get("optimizer") or getattr(network, "optimizer", None) or False
 
 
-def steps_before(optimizer: Optimizer, cur_step_num: int) -> int:
-    """Steps trained before this process, read at its first step end: mindformers restores the optimizer's
-    ``global_step`` when it resumes, MindSpore counts ``cur_step_num`` from 0 again. 0 when unreadable."""
+def steps_before(cb_params: CallbackParams, optimizer: Optimizer) -> int:
+    """Steps trained before this process, read at its first step end (MindSpore counts ``cur_step_num`` from 0 again
+    in a resumed run): the step mindformers resumed from, as its step lines count it (``initial_step`` of its loss
+    monitor, the checkpoint's step); else the optimizer's restored ``global_step`` less this process's steps, which
+    falls short by every step whose gradients overflowed (a NaN loss: the optimizer skips its update and its count).
+    0 when unreadable."""
+    for callback in cb_params.get("list_callback") or ():
+        initial = getattr(callback, "initial_step", None)
+        if isinstance(initial, int) and not isinstance(initial, bool) and initial >= 0:
+            return initial
     global_step = getattr(optimizer or None, "global_step", None)
     try:
-        return max(int(to_float(global_step)) - int(cur_step_num), 0) if global_step is not None else 0
+        return max(int(to_float(global_step)) - int(cb_params.cur_step_num), 0) if global_step is not None else 0
     except (TypeError, ValueError, RuntimeError):
         return 0
 
