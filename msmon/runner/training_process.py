@@ -33,6 +33,7 @@ from msmon.util.procs import alive
 logger = logging.getLogger("msmon")
 
 STOP_GRACE_S = 60.0  # after a stop request the training is killed when it has not ended within this
+SCHEDULER_GRACE_S = 3.0  # after a stop request and every rank's end, msrun's own end is waited for this long
 FORCE_GRACE_S = 10.0  # after a second signal (the ranks exit by themselves within 8 s) what is left is killed
 POLL_S = 0.2
 
@@ -49,6 +50,8 @@ class TrainingProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.known: dict[int, psutil.Process] = {}
         self.stop_requested_at: float | None = None
+        self.ranks_seen = False  # msrun started a rank of this attempt (a rank's end can then be told)
+        self.ranks_ended_at: float | None = None
         self.program = ""  # what was launched (the first word of its command line)
 
     @property
@@ -100,6 +103,24 @@ class TrainingProcess:
         if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_S:
             logger.warning("msmon: the training did not stop within %.0f s: killing it", STOP_GRACE_S)
             return False
+        return not self._only_scheduler_left()
+
+    def _only_scheduler_left(self) -> bool:
+        """After a stop request, every rank msrun started here has ended (its result written) and msrun has not
+        ended within SCHEDULER_GRACE_S: its scheduler waits out MindSpore's node timeout (about 30 s) for ranks that
+        stopped without finalizing the cluster, a wait with nothing left to save (`close` then ends msrun)."""
+        if not self.distributed or self.command:
+            return False
+        ranks = self.workers()
+        self.ranks_seen = self.ranks_seen or bool(ranks)
+        if self.stop_requested_at is None or not self.ranks_seen or ranks:
+            return False
+        now = time.monotonic()
+        if self.ranks_ended_at is None:
+            self.ranks_ended_at = now
+        if now - self.ranks_ended_at < SCHEDULER_GRACE_S:
+            return False
+        logger.info("msmon: every rank has ended; msrun's scheduler is not waited for")
         return True
 
     def close(self) -> None:
