@@ -42,9 +42,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["MSMON_CACHE_DIR"] = str(root / "cache")  # the generated datasets, made once for the session
 
 
-#: The modules whose trainings take longest, started first (fewer idle workers at the end of the session).
-LONGEST_FIRST = ("test_run_ranks", "test_resume", "test_lineage_runs", "test_run_faults", "test_layer_norms_trainer",
-                 "test_records_backends", "test_health_e2e", "test_engine_faults")
+#: The modules that train, longest first: what their training tests took on 2026-12-05 (summed over both workers,
+#: the canonical runs they were first to ask for included; pytest's --junitxml), started first so that the other
+#: worker, which takes work from the end of a worker's queue, ends the session on short ones (a rollback or reference
+#: test begun last kept one worker busy for minutes after the other ran out of tests).
+LONGEST_FIRST = ("test_rollback_real", "test_run_ranks", "test_reference_real", "test_lineage_runs", "test_resume",
+                 "test_probe_real", "test_run_faults", "test_own_launch", "test_mindformers_yaml",
+                 "test_step_costs_real", "test_engine_faults", "test_layer_norms_trainer", "test_health_e2e",
+                 "test_profile_action_real", "test_wheel", "test_run_lifecycle", "test_quickstart_moe",
+                 "test_run_terminal", "test_run_e2e", "test_view_realruns", "test_engine_lineage")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
