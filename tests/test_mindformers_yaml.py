@@ -227,28 +227,6 @@ def test_a_checkpoint_to_start_from_reaches_the_loader_that_reads_it(model: str)
     assert mindformers_config(load_config(model))["checkpoint"]["load_path"] == ""
 
 
-@pytest.mark.training
-def test_finetune_from_a_checkpoint_with_run_mindformers_flags_starts_at_its_loss(canonical, tmp_path: Path) -> None:
-    """`msmon run CONFIG --run_mode finetune --load_checkpoint CKPT`, as run_mindformer.py takes them, from the last
-    checkpoint of the canonical completed legacy run (200 steps, mindformers 1.9's iteration layout): the first
-    step's loss is that run's level, not the untrained start's (the quickstart's `checkpoint.load_path: ''` would
-    have made mindformers ignore the flag and start from scratch)."""
-    trained = canonical("completed_legacy")
-    ckpt = trained.run_dir / "logs" / "output" / "checkpoint" / "iteration_00000200"
-    assert (ckpt / "common.json").is_file()
-    start, end = trained.records()[0]["loss"], trained.records()[-1]["loss"]
-    config = write_quickstart_config(tmp_path, steps=2, log_interval=1, monitor_type=["file"])
-    result = run_msmon("run", str(config), "--plain", "--run_mode", "finetune", "--load_checkpoint", str(ckpt),
-                       cwd=tmp_path, timeout=600)
-    assert result.code == 0, result.stderr[-3000:]
-    run_dir = tmp_path / "monitor_logs" / "quickstart" / "test_run"
-    handed = yaml.safe_load((run_dir / "mindformers.yaml").read_text())
-    assert handed["run_mode"] == "finetune" and handed["checkpoint"]["load_path"] == str(ckpt)
-    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
-    assert first["step"] == 1 and abs(first["loss"] - end) < abs(first["loss"] - start) and first["loss"] < 5.0, (
-        first["loss"], start, end)
-
-
 def test_an_override_reaches_into_a_list_by_index() -> None:
     """`msmon run quickstart callbacks.1.save_checkpoint_steps=50`, as a new user would write it, changes the
     CheckpointMonitor entry (was: "Cannot merge incompatible container types"); an index past the list is one line."""

@@ -14,6 +14,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers_training import mcore_yaml
 from launch import msmon_env
 
@@ -61,19 +62,33 @@ def test_the_wheel_is_what_the_virtualenv_imports(venv: Path) -> None:
         "quickstart-moe.yaml", "quickstart-qwen3.yaml", "quickstart.yaml"]
 
 
-@pytest.mark.training
-def test_msmon_run_quickstart_trains_from_the_wheel(venv: Path, tmp_path: Path) -> None:
+def test_msmon_run_quickstart_trains_from_the_wheel_and_finetunes_with_run_mindformers_flags(
+        canonical, venv: Path, tmp_path: Path) -> None:
+    """`msmon run quickstart` from the wheel (50 steps), fine-tuned from the last checkpoint of the canonical
+    completed legacy run with run_mindformer.py's flags (`--run_mode finetune --load_checkpoint CKPT`, mindformers
+    1.9's iteration layout): the shipped quickstart trains from the installed package, writes nothing into it, and its
+    first step's loss is that run's level, not the untrained start's (the quickstart's `checkpoint.load_path: ''` had
+    made mindformers ignore the flag and start from scratch). One training for both: a user's first fine-tune is a
+    run of the installed msmon."""
+    trained = canonical("completed_legacy")
+    ckpt = trained.run_dir / "logs" / "output" / "checkpoint" / "iteration_00000200"
+    assert (ckpt / "common.json").is_file()
+    start, end = trained.records()[0]["loss"], trained.records()[-1]["loss"]
     package = installed_package(venv)
     before = sorted(str(p.relative_to(package)) for p in package.rglob("*") if "__pycache__" not in p.parts)
-    result = fresh(venv, "run", "quickstart", "train_dataset.data_loader.num_samples=100", "--plain", cwd=tmp_path,
-                   timeout=900)
+    result = fresh(venv, "run", "quickstart", "train_dataset.data_loader.num_samples=100", "--plain",
+                   "--run_mode", "finetune", "--load_checkpoint", str(ckpt), cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir, = (tmp_path / "monitor_logs" / "quickstart").iterdir()
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["config_path"] == str(package / "config/quickstarts/quickstart.yaml")
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps[-1] == 50 and len(steps) >= 5
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 50 and len(rows) >= 5
     assert (run_dir / "config.yaml").read_text() == (package / "config/quickstarts/quickstart.yaml").read_text()
+    handed = yaml.safe_load((run_dir / "mindformers.yaml").read_text())
+    assert handed["run_mode"] == "finetune" and handed["checkpoint"]["load_path"] == str(ckpt)
+    first = rows[0]
+    assert abs(first["loss"] - end) < abs(first["loss"] - start) and first["loss"] < 5.0, (first, start, end)
     after = sorted(str(p.relative_to(package)) for p in package.rglob("*") if "__pycache__" not in p.parts)
     assert after == before  # no backup, no output written into the installed package
 
