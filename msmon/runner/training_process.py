@@ -111,9 +111,12 @@ class TrainingProcess:
         stopped without finalizing the cluster, a wait with nothing left to save (`close` then ends msrun)."""
         if not self.distributed or self.command:
             return False
+        if self.stop_requested_at is None:  # the ranks looked for until msrun started one, then not on every poll
+            self.ranks_seen = self.ranks_seen or bool(self.workers())
+            return False
         ranks = self.workers()
         self.ranks_seen = self.ranks_seen or bool(ranks)
-        if self.stop_requested_at is None or not self.ranks_seen or ranks:
+        if not self.ranks_seen or ranks:
             return False
         now = time.monotonic()
         if self.ranks_ended_at is None:
