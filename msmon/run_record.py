@@ -198,13 +198,11 @@ class RunRecord:
         )
 
     def totals(self) -> RunRecord:
-        """This record with ``SUMMED`` summed over its attempts (when there are several; each automatic restart and
-        each rollback adds its own alert)."""
-        if len(self.attempts) < 2:
+        """This record with ``SUMMED`` summed over its attempts (an attempt's alerts include the restart or rollback
+        alert that announced its end, also one a signal then cancelled)."""
+        if not self.attempts:
             return self
         summed: JsonObject = {key: sum(getattr(entry, key) or 0 for entry in self.attempts) for key in SUMMED}
-        summed["alert_count"] += sum(entry.reason in (AttemptReason.RESTART, AttemptReason.ROLLBACK)
-                                     for entry in self.attempts)
         return dataclasses.replace(self, **summed)
 
 

@@ -236,10 +236,11 @@ def test_a_training_killed_like_the_oom_killer_does_restarts_then_msmon_resume_f
     same_losses(records(run_dir, "metrics.attempt-1.jsonl"), rows)  # resumed from the first checkpoint
     same_losses(records(run_dir, "metrics.attempt-2.jsonl"), rows)  # and from the second
     info = json.loads((run_dir / "run.json").read_text())
-    # one alert per automatic restart (docs/run.md): the restart that ran; the second restart alert, in
-    # alerts.jsonl, announced a restart the SIGINT cancelled, and both chat messages of the end say so too
-    assert info["status"] == "completed" and info["last_step"] == STEPS and info["alert_count"] == 1
-    assert interrupted["alert_count"] == 1 and all("- **alerts**: 1\n" in message for message in told[2:])
+    # one alert per restart alert (docs/run.md): the restart that ran and the one the SIGINT cancelled, counted in
+    # the attempt each ended; both chat messages of the end say so too
+    assert info["status"] == "completed" and info["last_step"] == STEPS and info["alert_count"] == 2
+    assert [a["alert_count"] for a in interrupted["attempts"]] == [1, 1]
+    assert interrupted["alert_count"] == 2 and all("- **alerts**: 2\n" in message for message in told[2:])
     assert [(a["status"], a["reason"], a["resumed_from_step"]) for a in info["attempts"]] == [
         ("failed", "start", None), ("failed", "restart", first), ("completed", "resume", second)]
     assert info["command"][:2] == ["msmon", "run"] and "--resume" in info["command"]

@@ -182,8 +182,13 @@ def test_records_after_the_resume_step_are_kept_aside(tmp_path: Path) -> None:
 
 def test_run_json_lists_the_attempts_and_sums_them() -> None:
     record = begin(RunRecord(start_time="t0", status=RunStatus.RUNNING), None, AttemptReason.START)
+    # 2 alerts of its ranks and the restart alert that announced its end (the supervisor counts it there)
     first = record.attempts[0].ended(status=RunStatus.FAILED, exit_code=3, last_step=95, error="E",
-                                     counts={"alert_count": 2, "dropped_records": 1})
+                                     counts={"alert_count": 3, "dropped_records": 1})
+    cancelled = runinfo.finished(replace_last(record, first), RankResults(), status=RunStatus.INTERRUPTED,
+                                 exit_code=130, watcher_alerts=0, error=None, internal=InternalErrors(),
+                                 attempt_last_step=95)
+    assert cancelled.alert_count == 3  # a signal in the back-off: the announced restart never ran, still counted
     point = ResumePoint(Path("/c"), "llama_rank_0-1_80.ckpt", "ckpt", 80, 1)
     record = begin(replace_last(record, first), point, AttemptReason.RESTART)
     assert record.to_json()["attempts"][1] == {
@@ -193,7 +198,7 @@ def test_run_json_lists_the_attempts_and_sums_them() -> None:
                             error=None, internal=InternalErrors(), attempt_last_step=None)
     assert [(a["attempt"], a["status"], a["resumed_from_step"]) for a in done.to_json()["attempts"]] == [
         (1, "failed", None), (2, "completed", 80)]
-    assert done.alert_count == 2 + 1 + 1  # the attempts' alerts and one per restart
+    assert done.alert_count == 3 + 1  # the attempts' alerts (the restart's among the first's), the watcher's
     assert done.dropped_records == 1
     assert RunRecord.from_json(json.loads(json.dumps(done.to_json()))) == done  # as run.json keeps it
     older = carried_over(RunRecord.from_json({"start_time": "t", "status": "running", "last_step": 5}))

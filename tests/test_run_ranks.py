@@ -76,6 +76,8 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
     assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("stopped_by_monitor", "start"),
                                                                       ("completed", "restart")]
     assert info["status"] == "completed" and info["device_count"] == 2 and info["last_step"] == STEPS
+    # the watcher's stall alert and the restart alert, both counted in the attempt they ended
+    assert [a["alert_count"] for a in info["attempts"]] == [2, 0] and info["alert_count"] == 2
     assert info["attempts"][1]["checkpoint"].endswith(".ckpt") and "msmon status" not in run.stderr
     resumed_from = info["attempts"][1]["resumed_from_step"]
     assert resumed_from >= EVERY  # the step-30 checkpoint, or one saved when the monitor stopped the ranks

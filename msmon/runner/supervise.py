@@ -41,6 +41,7 @@ from msmon.runner.training_process import TrainingProcess
 from msmon.status import Attempt, RunStatus
 from msmon.util import internal_errors, logs
 from msmon.util.files import SpaceReserve
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.mapping import dotted_get
 
 logger = logging.getLogger("msmon")
@@ -118,6 +119,7 @@ class Supervisor:
         self.monitor_stop: RunResult | None = None  # the stop the rank watcher asked of the current attempt
         self.attempt_started = time.time()
         self.attempt_last_step: int | None = None
+        self._watcher_alerts_counted = 0  # the rank watcher's alerts already in a closed attempt's count
         self.reserve: SpaceReserve | None = None
         self._log_handler: logging.Handler | None = None
         self._done = False
@@ -272,7 +274,7 @@ class Supervisor:
             else:
                 point = latest_checkpoint(self.plan.run_dir)
                 delay = self.policy.delay(self.lifecycle.restarts)
-                attempts.announce(self.plan, attempts.RESTART_DETECTOR, *attempts.restart_alert(
+                self._announce(attempts.RESTART_DETECTOR, *attempts.restart_alert(
                     due.cause, point, delay, last, attempt=len(self.record.attempts) + 1,
                     restart=self.lifecycle.restarts, max_restarts=self.policy.max_restarts))
                 self._write()
@@ -308,15 +310,30 @@ class Supervisor:
         return True
 
     def _close_attempt(self, result: RunResult, ranks: RankResults, last: int | None) -> None:
-        """The attempt's run.json entry closed with its judged result and its ranks' totals."""
+        """The attempt's run.json entry closed with its judged result, its ranks' totals and the rank watcher's alerts
+        during it."""
         summed = ranks.totals
         closed = self.record.attempts[-1].ended(
             status=result.status, exit_code=int(self.lifecycle.exit_code(result.status)), last_step=last,
             error=result.error, counts={
-                "alert_count": summed.alert_count, "dropped_records": summed.dropped_records,
-                "internal_errors": summed.internal_errors.count, "framework_warnings": summed.framework_warnings,
-                "framework_errors": summed.framework_errors, "records_lost": ranks.accounting.records_lost or 0})
+                "alert_count": summed.alert_count + self._new_watcher_alerts(),
+                "dropped_records": summed.dropped_records, "internal_errors": summed.internal_errors.count,
+                "framework_warnings": summed.framework_warnings, "framework_errors": summed.framework_errors,
+                "records_lost": ranks.accounting.records_lost or 0})
         self.record = replace_last(self.record, closed)
+
+    def _new_watcher_alerts(self) -> int:
+        """The rank watcher's alerts since the last attempt closed (the watcher counts over the whole run)."""
+        new = self.watcher.alert_count - self._watcher_alerts_counted
+        self._watcher_alerts_counted = self.watcher.alert_count
+        return new
+
+    def _announce(self, detector: str, step: int, message: str, values: JsonObject) -> None:
+        """An alert of the attempt loop (a restart, a rollback), counted in the attempt whose end it announces:
+        also when a signal then cancels the restart or rollback."""
+        attempts.announce(self.plan, detector, step, message, values)
+        ended = self.record.attempts[-1]
+        self.record = replace_last(self.record, dataclasses.replace(ended, alert_count=(ended.alert_count or 0) + 1))
 
     def _roll_back(self, cause: str, anomaly: Anomaly) -> ResumePoint | None:
         """The checkpoint before the anomaly the next attempt starts from, the data after it skipped (listed in
@@ -344,7 +361,7 @@ class Supervisor:
         self.record = dataclasses.replace(self.record, rollbacks=(*earlier, made))
         counted = (self.lifecycle.rollbacks, self.lifecycle.max_rollbacks)
         message = attempts.rollback_message(anomaly, point, made, earlier, settings, end, counted)
-        attempts.announce(self.plan, attempts.ROLLBACK_DETECTOR, point.step, message,
+        self._announce(attempts.ROLLBACK_DETECTOR, point.step, message,
                           {**made.to_json(), "rollback": counted[0], "max_rollbacks": counted[1]})
         self._react()
         if self.lifecycle.signal is not None:
@@ -377,7 +394,7 @@ class Supervisor:
         stacks.remove_unused(self.plan.run_dir, sorted(ranks.by_rank))
         self.board.stop()
         self.record = runinfo.finished(
-            self.record, ranks, status=status, exit_code=code, watcher_alerts=self.watcher.alert_count, error=error,
+            self.record, ranks, status=status, exit_code=code, watcher_alerts=self._new_watcher_alerts(), error=error,
             internal=internal_errors.seen(), attempt_last_step=self.attempt_last_step, note=note)
         if self.reserve is not None:
             self.reserve.release()
