@@ -31,6 +31,7 @@ MLFLOW_RUN = "mlflow_run.json"  # the MLflow run this run writes to (every attem
 RANK_LOGS = f"{LOGS}/ranks"  # msrun's scheduler.log and worker_N.log
 GRAPHS = f"{LOGS}/graphs"  # MindSpore's saved graphs (save_graphs); a failed compile's IR: logs/rank_N/om/
 RESULT_GLOB = "rank_*.result.json"
+FORCE_GLOB = "rank_*.force"
 CONTEXT_DIR = "context"  # the flight recorder's per-step window before each alert
 PROBES = "probes"  # msmon probe's requests: probes/request.json, each rank's outcome in probes/<id>/rank_N.json
 PROBE_REQUEST = f"{PROBES}/request.json"
@@ -64,6 +65,12 @@ def rank_log(run_dir: Path, rank: int) -> Path:
 def scheduler_log(run_dir: Path, node_rank: int | None) -> Path:
     """msmon's log of msrun's scheduler process (it runs the worker command too, without training)."""
     return run_dir / LOGS / (f"msmon.scheduler.node_{node_rank}.log" if node_rank else "msmon.scheduler.log")
+
+
+def rank_force_request(run_dir: Path, rank: int) -> Path:
+    """Left by the parent ``msmon run`` for a rank that must flush and exit now: it waits in a step's collective for
+    a rank that ended, and its training thread, inside the framework, runs no signal handler."""
+    return run_dir / LOGS / f"rank_{rank}.force"
 
 
 def rank_result(run_dir: Path, rank: int) -> Path:

@@ -41,13 +41,19 @@ def this_rank() -> int:
 
 
 class SleepOnRank(Callback):
-    def __init__(self, rank: int = 1, step: int = 20, seconds: float = 30.0, release: str = "", **_: Any) -> None:
+    """At the end of ``step`` on ``rank``: wait ``seconds`` or until the file ``release`` exists (``entered``: a file
+    written when the wait begins)."""
+
+    def __init__(self, rank: int = 1, step: int = 20, seconds: float = 30.0, release: str = "", entered: str = "",
+                 **_: Any) -> None:
         super().__init__()
-        self.rank, self.step, self.seconds, self.release = rank, step, seconds, release
+        self.rank, self.step, self.seconds, self.release, self.entered = rank, step, seconds, release, entered
 
     def on_train_step_end(self, run_context: Any) -> None:
         if this_rank() != self.rank or run_context.original_args().cur_step_num != self.step:
             return
+        if self.entered:
+            Path(self.entered).write_text(str(os.getpid()))
         end = time.monotonic() + self.seconds
         while time.monotonic() < end and not (self.release and os.path.exists(self.release)):
             time.sleep(0.1)  # the frame the stall alert names

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from canonical import STALL, callbacks
+from canonical import STALL, callbacks, registered
 from helpers_ranks import RankRun, processes_of
 from helpers_training import mindformers_step_lines
 from launch import records
-from test_resume import EVERY, STEPS, one_curve, same_losses, wait_for_checkpoint
+from test_resume import EVERY, STEPS, one_curve, same_losses
 
 from msmon import layout
 from msmon.ops.ranks import read_heartbeats
@@ -43,18 +43,24 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
     tmp_path: Path,
 ) -> None:
     """Two data-parallel ranks (msrun, a 5 s stall timeout: no false stall while either attempt compiles). Rank 1
-    frozen (SIGSTOP) after the step-30 checkpoint: one stall alert names it; the monitor stops the run (SIGCONT and
-    SIGTERM to the frozen rank), and `--max-restarts 1` restarts both ranks from their checkpoint; the run completes
-    with one metrics file from rank 0, msmon's loss the loss mindformers printed on each rank."""
+    frozen (SIGSTOP) at the end of step 41, after the step-30 checkpoint, while rank 0 has begun step 42 and waits in
+    its collective: one stall alert names rank 1; the monitor stops the run (SIGCONT and SIGTERM to the frozen rank,
+    which stops at that step's end); rank 0, whose training thread waits inside the framework and runs no signal
+    handler, is told to flush and exit (else it waited ~30 s for the collective's timeout on CPU, 1,800 s for HCCL's
+    on Ascend, and was killed at 60 s); `--max-restarts 1` restarts both ranks from their checkpoint; the run
+    completes with one metrics file from rank 0, msmon's loss the loss mindformers printed on each rank."""
     checkpoints = [dict(c, save_checkpoint_steps=EVERY) if c["type"] == "CheckpointMonitor" else c
                    for c in callbacks("legacy")]
-    run = RankRun.start(tmp_path, steps=STEPS, log_interval=10, callbacks=checkpoints[1:],
+    entered, release = tmp_path / "entered", tmp_path / "release"
+    freeze = registered("SleepOnRank", rank=1, step=41, seconds=300.0, release=str(release), entered=str(entered))
+    run = RankRun.start(tmp_path, steps=STEPS, log_interval=10, callbacks=[*checkpoints[1:], freeze],
                         health={"stall": {**STALL, "action": "stop"}},
                         extra=["--max-restarts", "1", "--restart-backoff", "1", "--msrun-arg=--cluster_time_out=600"])
     try:
-        wait_for_checkpoint(run.wait_for, run.run_dir, step=40, checkpoint=EVERY)
-        os.kill(run.heartbeat(1)["pid"], signal.SIGSTOP)
+        run.wait_for(entered.exists, timeout_s=600)
+        os.kill(int(entered.read_text()), signal.SIGSTOP)
         stopped = time.time()
+        release.write_text("")  # once continued, rank 1 ends its step
         raised = run.wait_for(lambda: bool(stall_alerts(run)), timeout_s=120)
         assert run.finish(900) == 0, run.stderr[-3000:]
     finally:
@@ -72,6 +78,12 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
     assert alert["step"] == alert["values"]["last_step"] > 0 and alert["action"] == "stop"
     assert "HEALTH ALERT [critical]" in run.stderr and "rank 1 is stopped" in run.stderr
     assert "mindspore" in (run.run_dir / "stacks" / "rank_0.txt").read_text()  # where rank 0 waits
+    log = (run.run_dir / "logs" / "msmon.log").read_text()  # the parent's and rank 0's
+    assert "rank 0 began a step a rank that ended will never take part in: it is told to flush and exit now" in log
+    assert "forced by msmon run: a rank that ended never takes part in the step this rank began" in log
+    restart = alerts[1]
+    print(f"measured: the restart alert {restart['time'] - alert['time']:.1f} s after the stall alert")
+    assert restart["time"] - alert["time"] < 25.0  # not the collective's 30 s timeout
     info = json.loads((run.run_dir / "run.json").read_text())
     assert [(a["status"], a["reason"]) for a in info["attempts"]] == [("stopped_by_monitor", "start"),
                                                                       ("completed", "restart")]

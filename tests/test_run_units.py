@@ -162,6 +162,20 @@ def test_a_training_process_killed_by_a_signal_says_which_through_the_ending(tmp
     assert life.ending().killed_by == signal.SIGKILL
 
 
+def test_a_rank_that_began_a_step_an_ended_rank_never_takes_part_in_is_stranded() -> None:
+    """After a stop, rank 1 ended at step 41 (its result written); rank 0 began step 42 and waits in its collective
+    for rank 1: stranded (told to flush and exit). A rank still ending step 41 (saving its checkpoint), a rank that
+    ended the step it began, and a heartbeat without a step are not; nothing is while no rank has ended."""
+    from msmon.runner.training_process import stranded
+
+    ended = {1: results.RankResult(1, RunStatus.INTERRUPTED, last_step=41)}
+    beats = {0: {"begun": 42, "ended": 41}, 1: {"begun": 41, "ended": 41}, 2: {"begun": 41, "ended": 40},
+             3: {"begun": 42, "ended": 42}, 4: {"state": "starting"}}
+    assert stranded(beats, ended) == [0]
+    assert stranded(beats, {}) == []
+    assert stranded(beats, {1: results.RankResult(1, RunStatus.INTERRUPTED)}) == []  # it ended before a step
+
+
 def test_totals_add_up_over_ranks(tmp_path: Path) -> None:
     _results(tmp_path, {"rank": 0, "status": "completed", "last_step": 40, "dropped_records": 2, "alert_count": 1},
              {"rank": 1, "status": "completed", "last_step": 40, "dropped_records": 0, "alert_count": 0,

@@ -165,6 +165,8 @@ def read_results(run_dir: Path) -> dict[int, RankResult]:
 
 
 def clear_results(run_dir: Path) -> None:
-    """Remove the results left by an earlier attempt in this run directory."""
-    for old in (run_dir / layout.LOGS).glob(layout.RESULT_GLOB):
-        old.unlink(missing_ok=True)
+    """Remove the results (and the parent's requests to flush and exit) left by an earlier attempt in this run
+    directory."""
+    for pattern in (layout.RESULT_GLOB, layout.FORCE_GLOB):
+        for old in (run_dir / layout.LOGS).glob(pattern):
+            old.unlink(missing_ok=True)

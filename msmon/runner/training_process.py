@@ -28,6 +28,7 @@ from msmon.runner.msrun import WORKER_MODULE, rank_logs, worker_command
 from msmon.runner.plan import RunRequest
 from msmon.runner.protocol import RankSpec, clear_results, read_results
 from msmon.status import RunStatus
+from msmon.util.jsonfiles import JsonObject
 from msmon.util.procs import alive
 
 logger = logging.getLogger("msmon")
@@ -36,6 +37,18 @@ STOP_GRACE_S = 60.0  # after a stop request the training is killed when it has n
 SCHEDULER_GRACE_S = 3.0  # after a stop request and every rank's end, msrun's own end is waited for this long
 FORCE_GRACE_S = 10.0  # after a second signal (the ranks exit by themselves within 8 s) what is left is killed
 POLL_S = 0.2
+
+
+def stranded(beats: dict[int, JsonObject], ended: dict[int, results.RankResult]) -> list[int]:
+    """The ranks still running (``beats``: their heartbeats) that began a step after the last step any rank of
+    ``ended`` (the results written) ended: a rank stops at a step end, so the collectives of that step wait for a
+    peer that will never join them."""
+    last = max((r.last_step for r in ended.values() if r.last_step is not None), default=None)
+    if last is None:
+        return []
+    return sorted(rank for rank, beat in beats.items()
+                  if rank not in ended and isinstance(begun := beat.get("begun"), int) and begun > last
+                  and beat.get("ended") != begun)
 
 
 class TrainingProcess:
@@ -52,6 +65,7 @@ class TrainingProcess:
         self.stop_requested_at: float | None = None
         self.ranks_seen = False  # msrun started a rank of this attempt (a rank's end can then be told)
         self.ranks_ended_at: float | None = None
+        self.forced: set[int] = set()  # the ranks told to flush and exit now (stranded in a step, `_force_stranded`)
         self.program = ""  # what was launched (the first word of its command line)
 
     @property
@@ -100,6 +114,8 @@ class TrainingProcess:
         if self.distributed and self.stop_requested_at is None and self._monitor_stopped():
             logger.warning("msmon: a rank was stopped by the monitor: stopping the other ranks")
             self.request_stop()
+        if self.stop_requested_at is not None and (self.distributed or self.command):
+            self._force_stranded()
         if self.stop_requested_at is not None and time.monotonic() - self.stop_requested_at > STOP_GRACE_S:
             logger.warning("msmon: the training did not stop within %.0f s: killing it", STOP_GRACE_S)
             return False
@@ -142,6 +158,20 @@ class TrainingProcess:
             distributed=self.distributed, stop_requested=self.stop_requested_at is not None, where=where,
             untrained=self.program if self.command and not reported else None,
         )
+
+    def _force_stranded(self) -> None:
+        """After a stop request: each rank of this machine that began a step a rank which already ended will never
+        take part in is told to flush and exit now (``layout.rank_force_request``); else it would wait in that
+        step's collective until the framework's timeout (about 30 s on CPU, HCCL's 1,800 s by default on Ascend),
+        and STOP_GRACE_S would kill it unflushed, without a result."""
+        live = self.ranks()
+        for rank in stranded(read_heartbeats(self.run_dir), read_results(self.run_dir)):
+            if rank not in live or rank in self.forced:
+                continue
+            self.forced.add(rank)
+            logger.warning("msmon: rank %d began a step a rank that ended will never take part in: it is told to "
+                           "flush and exit now", rank)
+            layout.rank_force_request(self.run_dir, rank).touch()
 
     def _monitor_stopped(self) -> bool:
         return any(r.status is RunStatus.STOPPED_BY_MONITOR for r in read_results(self.run_dir).values())

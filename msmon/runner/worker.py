@@ -2,8 +2,9 @@
 
 Started by the parent ``msmon run`` (directly, or through msrun for ``--worker-num``) as
 ``python -m msmon.runner.worker`` with ``MSMON_WORKER_SPEC`` in the environment.
-SIGTERM/SIGINT: stop at the next step end; a second one: the shutdown thread closes the session with short
-budgets, leaves the result and exits (130/143), at the latest after ``FORCED_EXIT_S``. The signal handler
+SIGTERM/SIGINT: stop at the next step end; a second one (or the parent's request, ``layout.rank_force_request``):
+the shutdown thread closes the session with short budgets, leaves the result and exits (130/143), at the latest
+after ``FORCED_EXIT_S``. The signal handler
 itself only sets flags and wakes that thread: it may run on the training thread at any point, even while it
 holds a lock of the monitor.
 """
@@ -45,6 +46,7 @@ CHILD_GRACE_S = 5.0  # this process's children (MindSpore's summary writer pool)
 EXIT_GUARD_S = 10.0  # MindSpore's exit handlers get this long before the process ends anyway
 FORCED_BUDGET_S = 2.0  # after a second signal every backend gets at most this long to close
 FORCED_EXIT_S = 8.0  # after a second signal the process ends within this, whatever hangs
+FORCE_POLL_S = 1.0  # how often the shutdown thread looks for the parent's request to flush and exit now
 
 logger = logging.getLogger("msmon")
 
@@ -90,14 +92,23 @@ class Worker:
         self._force.set()
 
     def _shutdown_when_forced(self) -> None:
-        """The shutdown thread: after a second signal, account for the run with short budgets and exit."""
-        self._force.wait()
-        code = int(exit_code(RunStatus.INTERRUPTED, signal.Signals[self.forced_by or "SIGINT"]))
+        """The shutdown thread: after a second signal, or the parent's request (this rank waits in a step's
+        collective for a rank that ended: its training thread runs no signal handler there), account for the run
+        with short budgets and exit."""
+        request = None if self.scheduler else layout.rank_force_request(self.run_dir, self.rank)
+        while not self._force.wait(FORCE_POLL_S):
+            if request is not None and request.exists():
+                break
+        if self.forced_by is not None:
+            why, name = f"a second {self.forced_by}", self.forced_by
+        else:  # the parent's request follows the SIGTERM of its stop
+            why, name = "msmon run: a rank that ended never takes part in the step this rank began", "SIGTERM"
+        code = int(exit_code(RunStatus.INTERRUPTED, signal.Signals[name]))
         deadline = threading.Timer(FORCED_EXIT_S, os._exit, args=(code,))
         deadline.daemon = True
         deadline.start()
-        logger.warning("second %s: closing the monitor now and exiting", self.forced_by)
-        self.finish(RunStatus.INTERRUPTED, f"forced by a second {self.forced_by}", FORCED_BUDGET_S)
+        logger.warning("forced by %s: closing the monitor now and exiting", why)
+        self.finish(RunStatus.INTERRUPTED, f"forced by {why}", FORCED_BUDGET_S)
         os._exit(code)
 
     def begin(self) -> None:
