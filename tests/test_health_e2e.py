@@ -1,5 +1,5 @@
 """Health end to end with the real mindformers Trainer on CPU, on the canonical diverged runs (tests/canonical.py):
-lr 1e4 kills the legacy network (its gradients exactly 0: ``dead_series``) and turns the mcore network's loss NaN
+lr 1e4 kills the legacy network (its gradients exactly 0: ``dead_series``), lr 50 turns the mcore network's loss NaN
 (``nonfinite``), each reported within a few logged steps. ``action: stop`` ends `msmon run` with exit code 4 at a
 graceful step end (the checkpoint callback saves, a real webhook and a command hook receive the alert);
 ``action: alert`` lets the run complete while a hanging webhook, command hook and MLflow server slow no step. An
@@ -17,9 +17,10 @@ from conftest import run_msmon
 
 HERE = Path(__file__).resolve().parent
 
-#: What a learning rate of 1e4 does to each quickstart: (canonical run, detector, words of its message).
+#: What a learning rate far too high does to each quickstart (legacy: 1e4, mcore: 50): (canonical run, detector,
+#: words of its message).
 DEATH = {"legacy": ("diverged_stop_legacy", "dead_series", ("grad_norm is exactly 0", "loss is exactly")),
-         "mcore": ("diverged_alert_mcore", "nonfinite", ("is NaN", "is Inf"))}
+         "mcore": ("lr_50_mcore", "nonfinite", ("is NaN", "is Inf"))}
 
 
 @pytest.fixture(params=list(DEATH))
@@ -38,7 +39,7 @@ def test_the_dead_network_is_reported_within_a_few_logged_steps(diverged):
 
 
 def test_with_action_alert_the_run_completes_and_hanging_hooks_slow_no_step(canonical):
-    run = canonical("diverged_alert_mcore")
+    run = canonical("lr_50_mcore")
     assert run.code == 0, run.output[-2000:]
     info = run.info
     first = run.alerts()[0]

@@ -207,10 +207,10 @@ def test_save_dir_removed_mid_run_then_sigint_twice_within_100_ms(tmp_path: Path
 
 
 def test_a_dead_network_with_hanging_hooks_and_tracking_server_exits_quickly(canonical) -> None:
-    """The review's case (the canonical diverged_alert_mcore run): lr 1e4 (alerts), a webhook and a command hook that
+    """The review's case (the canonical lr_50_mcore run): a NaN loss (alerts), a webhook and a command hook that
     hang, an MLflow server that never answers. The run completes and exits within the slowest budget; the JSONL
     loses nothing."""
-    run = canonical("diverged_alert_mcore")
+    run = canonical("lr_50_mcore")
     assert run.code == 0, run.output[-3000:]
     info = run.info
     rows = run.records()

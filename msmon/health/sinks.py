@@ -158,7 +158,7 @@ class AsyncSink(Generic[Item]):
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
-            logger.warning("%s (further problems of this alert hook are not shown)", message)
+            logger.warning("msmon: %s (further problems of this alert hook are not shown)", message)
 
 
 class WebhookSink(AsyncSink[Alert]):
