@@ -362,7 +362,7 @@ class Supervisor:
         counted = (self.lifecycle.rollbacks, self.lifecycle.max_rollbacks)
         message = attempts.rollback_message(anomaly, point, made, earlier, settings, end, counted)
         self._announce(attempts.ROLLBACK_DETECTOR, point.step, message,
-                          {**made.to_json(), "rollback": counted[0], "max_rollbacks": counted[1]})
+                       {**made.to_json(), "rollback": counted[0], "max_rollbacks": counted[1]})
         self._react()
         if self.lifecycle.signal is not None:
             self.lifecycle.backoff_interrupted()

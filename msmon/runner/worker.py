@@ -4,9 +4,8 @@ Started by the parent ``msmon run`` (directly, or through msrun for ``--worker-n
 ``python -m msmon.runner.worker`` with ``MSMON_WORKER_SPEC`` in the environment.
 SIGTERM/SIGINT: stop at the next step end; a second one (or the parent's request, ``layout.rank_force_request``):
 the shutdown thread closes the session with short budgets, leaves the result and exits (130/143), at the latest
-after ``FORCED_EXIT_S``. The signal handler
-itself only sets flags and wakes that thread: it may run on the training thread at any point, even while it
-holds a lock of the monitor.
+after ``FORCED_EXIT_S``. The signal handler itself only sets flags and wakes that thread: it may run on the
+training thread at any point, even while it holds a lock of the monitor.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO, cast
 
@@ -73,6 +73,7 @@ class Worker:
         self.signalled: str | None = None
         self.forced_by: str | None = None
         self._force = threading.Event()
+        self._force_request: Path | None = None  # layout.rank_force_request, looked for by the shutdown thread
         self._finishing = threading.Lock()
         self._written = False
         self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
@@ -95,7 +96,7 @@ class Worker:
         """The shutdown thread: after a second signal, or the parent's request (this rank waits in a step's
         collective for a rank that ended: its training thread runs no signal handler there), account for the run
         with short budgets and exit."""
-        request = None if self.scheduler else layout.rank_force_request(self.run_dir, self.rank)
+        request = self._force_request
         while not self._force.wait(FORCE_POLL_S):
             if request is not None and request.exists():
                 break
@@ -120,6 +121,9 @@ class Worker:
         if not self.scheduler:
             stacks.register(self.run_dir, self.rank)
         self.reserve = SpaceReserve(self.run_dir / layout.LOGS / f".reserve.rank_{self.rank}")
+        if not self.scheduler:
+            self._force_request = layout.rank_force_request(self.run_dir, self.rank)
+            self._force_request.unlink(missing_ok=True)  # an earlier attempt's, where no parent cleared logs/
         threading.Thread(target=self._shutdown_when_forced, name="msmon-shutdown", daemon=True).start()
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
