@@ -142,3 +142,24 @@ def test_a_grouped_lr_schedule_is_the_schedule_checked(tmp_path: Path) -> None:
     assert (schedule.path, schedule.peak, schedule.warmup_steps) == ("grouped_lr_schedule.default", 2e-4, 20)
     assert found(write(tmp_path, {"lr_schedule": None}), "MS804")[0].hint == (
         "set monitor_config.health.learning_rate.peak")  # the control, with the full key path
+
+
+def test_the_compile_cache_is_named_when_on_by_the_variable_or_the_config(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """MindSpore's compile cache keys graphs by the entry script, never the config (a learning rate typed on the
+    command line trained the cached default one): MS814 warns when MS_COMPILER_CACHE_ENABLE=1 or the config's
+    context.enable_compile_cache is True (with its line), not when the config turns it off or nothing turns it on;
+    `msmon validate` exits 0 with the warning."""
+    monkeypatch.delenv("MS_COMPILER_CACHE_ENABLE", raising=False)
+    assert found(write(tmp_path, {}), "MS814") == []
+    on = write(tmp_path, {"context.enable_compile_cache": True})
+    (cached,) = found(on, "MS814")
+    assert cached.path == "context.enable_compile_cache" and cached.line == line_of(on, "enable_compile_cache",
+                                                                                      "context")
+    assert "MS_COMPILER_CACHE_PATH" in cached.hint and not cached.is_error
+    monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "1")
+    (by_env,) = found(write(tmp_path, {}), "MS814")
+    assert by_env.path == "MS_COMPILER_CACHE_ENABLE" and "compile cache is on" in by_env.message
+    assert found(write(tmp_path, {"context.enable_compile_cache": False}), "MS814") == []  # the config wins
+    result = run_msmon("validate", str(write(tmp_path, {})))
+    assert result.code == 0 and "MS814" in result.stdout + result.stderr

@@ -106,6 +106,8 @@ CODES: dict[str, str] = {
     "MS813": "monitor_config.reference: a run that is no reference source msmon reads (no such path, or not an msmon "
              "run directory, mindformers log, TensorBoard directory or CSV / JSON Lines table), or a tag not "
              "metric=tag",
+    "MS814": "warning: MindSpore's compile cache is on (MS_COMPILER_CACHE_ENABLE=1 or context.enable_compile_cache): "
+             "it keys graphs by the entry script, not the config, so a changed config can train an earlier graph",
     "MS901": "doctor, warning: Python is not 3.11",
     "MS902": "doctor: MindSpore or mindformers is not installed (`msmon run` stops on it)",
     "MS903": "doctor: this mindformers release imports an unpublished package that is missing (`msmon run` stops)",

@@ -22,6 +22,7 @@ from msmon.launch_layout import LaunchLayout
 from msmon.util.jsonfiles import JsonObject
 from msmon.util.mapping import dotted_get
 from msmon.validate.backends import check_backends
+from msmon.validate.compile_cache import check_compile_cache
 from msmon.validate.context import CheckContext
 from msmon.validate.cpu import check_cpu
 from msmon.validate.health import check_health
@@ -47,7 +48,7 @@ CHECKS = (
     check_names, check_save_dir, check_metrics, check_interval, check_flight_recorder, check_backends, check_cpu,
     check_registry, check_job_keys, check_job_types, check_job_numbers, check_health, check_rollback,
     check_learning_rate, check_mindformers_monitoring, check_inputs, check_duplicates, check_launch, check_reference,
-    check_moe,
+    check_moe, check_compile_cache,
 )
 MAX_UNRESOLVED = 100
 MSMON_KEYS = frozenset(MonitorSettings.__dataclass_fields__)
