@@ -166,14 +166,16 @@ def test_a_rank_that_began_a_step_an_ended_rank_never_takes_part_in_is_stranded(
     """After a stop, rank 1 ended at step 41 (its result written); rank 0 began step 42 and waits in its collective
     for rank 1: stranded (told to flush and exit). A rank still ending step 41 (saving its checkpoint), a rank that
     ended the step it began, and a heartbeat without a step are not; nothing is while no rank has ended."""
+    from msmon.ops.ranks import rank_states
     from msmon.runner.training_process import stranded
 
     ended = {1: results.RankResult(1, RunStatus.INTERRUPTED, last_step=41)}
     beats = {0: {"begun": 42, "ended": 41}, 1: {"begun": 41, "ended": 41}, 2: {"begun": 41, "ended": 40},
              3: {"begun": 42, "ended": 42}, 4: {"state": "starting"}}
-    assert stranded(beats, ended) == [0]
-    assert stranded(beats, {}) == []
-    assert stranded(beats, {1: results.RankResult(1, RunStatus.INTERRUPTED)}) == []  # it ended before a step
+    states = rank_states(beats, 0.0)
+    assert stranded(states, ended) == [0]
+    assert stranded(states, {}) == []
+    assert stranded(states, {1: results.RankResult(1, RunStatus.INTERRUPTED)}) == []  # it ended before a step
 
 
 def test_totals_add_up_over_ranks(tmp_path: Path) -> None:

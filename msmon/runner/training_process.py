@@ -21,14 +21,13 @@ from pathlib import Path
 import psutil
 
 from msmon import layout
-from msmon.ops.ranks import read_heartbeats
+from msmon.ops.ranks import RankState, rank_states, read_heartbeats
 from msmon.runner import results
 from msmon.runner.launch_command import INJECT_DIR
 from msmon.runner.msrun import WORKER_MODULE, rank_logs, worker_command
 from msmon.runner.plan import RunRequest
 from msmon.runner.protocol import RankSpec, clear_results, read_results
 from msmon.status import RunStatus
-from msmon.util.jsonfiles import JsonObject
 from msmon.util.procs import alive
 
 logger = logging.getLogger("msmon")
@@ -39,16 +38,14 @@ FORCE_GRACE_S = 10.0  # after a second signal (the ranks exit by themselves with
 POLL_S = 0.2
 
 
-def stranded(beats: dict[int, JsonObject], ended: dict[int, results.RankResult]) -> list[int]:
-    """The ranks still running (``beats``: their heartbeats) that began a step after the last step any rank of
-    ``ended`` (the results written) ended: a rank stops at a step end, so the collectives of that step wait for a
-    peer that will never join them."""
+def stranded(states: list[RankState], ended: dict[int, results.RankResult]) -> list[int]:
+    """The ranks still running (``states``: as their heartbeats show them) that began a step after the last step any
+    rank of ``ended`` (the results written) ended: a rank stops at a step end, so the collectives of that step wait
+    for a peer that will never join them."""
     last = max((r.last_step for r in ended.values() if r.last_step is not None), default=None)
     if last is None:
         return []
-    return sorted(rank for rank, beat in beats.items()
-                  if rank not in ended and isinstance(begun := beat.get("begun"), int) and begun > last
-                  and beat.get("ended") != begun)
+    return [s.rank for s in states if s.rank not in ended and s.begun > last and s.ended != s.begun]
 
 
 class TrainingProcess:
@@ -164,8 +161,9 @@ class TrainingProcess:
         take part in is told to flush and exit now (``layout.rank_force_request``); else it would wait in that
         step's collective until the framework's timeout (about 30 s on CPU, HCCL's 1,800 s by default on Ascend),
         and STOP_GRACE_S would kill it unflushed, without a result."""
-        live = self.ranks()
-        for rank in stranded(read_heartbeats(self.run_dir), read_results(self.run_dir)):
+        found = stranded(rank_states(read_heartbeats(self.run_dir), time.time()), read_results(self.run_dir))
+        live = self.ranks() if found else {}
+        for rank in found:
             if rank not in live or rank in self.forced:
                 continue
             self.forced.add(rank)
