@@ -252,3 +252,27 @@ def test_resume_reuses_the_run_directory_and_lists_the_attempts(
     assert [(a["status"], a["error"]) for a in info["attempts"]] == [("failed", "E: boom"), ("completed", None)]
     assert info["status"] == "completed"
     assert (plan.run_dir / "metrics.jsonl").read_text() == '{"step": 10}\n'
+
+
+def test_a_process_ended_by_exit_now_joins_its_threads_runs_its_atexit_handlers_and_flushes(tmp_path: Path) -> None:
+    """A real child: a non-daemon thread still writing, an atexit handler and buffered output all finish before
+    the exit code is the one given (the training process's end, msmon.util.procs.exit_now)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import atexit, threading, time
+from pathlib import Path
+from msmon.util.procs import exit_now
+out = Path({str(tmp_path)!r})
+def late():
+    time.sleep(0.5)
+    (out / "thread").write_text("joined")
+threading.Thread(target=late).start()
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+print("buffered", end="")
+exit_now(7)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (7, "buffered"), done.stderr
+    assert (tmp_path / "thread").read_text() == "joined" and (tmp_path / "atexit").read_text() == "ran"

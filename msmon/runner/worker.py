@@ -36,6 +36,7 @@ from msmon.runner.protocol import BackendAccounting, RankResult, RankSpec, SpecE
 from msmon.status import RunStatus, exit_code, rank_exit_code
 from msmon.util import internal_errors, logs
 from msmon.util.files import SpaceReserve
+from msmon.util.procs import exit_now
 from msmon.view.progress import PlainView
 
 if TYPE_CHECKING:  # imported where the session starts, after the framework
@@ -284,7 +285,7 @@ def main() -> int:
         print(f"msmon worker: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     code = Worker(spec).run()
-    # A normal exit lets MindSpore leave its cluster cleanly; if its exit handlers hang, end anyway.
+    # exit_now runs MindSpore's exit handlers (its cluster and its resources left cleanly); if they hang, end anyway.
     guard = threading.Timer(EXIT_GUARD_S, os._exit, args=(code,))
     guard.daemon = True
     guard.start()
@@ -292,4 +293,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

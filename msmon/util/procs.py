@@ -1,13 +1,18 @@
-"""Processes: liveness, process groups guarded against pid reuse, stopping them."""
+"""Processes: liveness, process groups guarded against pid reuse, stopping them, ending this one."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import platform
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 import psutil
 
@@ -122,3 +127,18 @@ def stop_processes(members: Callable[[], list[psutil.Process]], grace_s: float =
             psutil.wait_procs(procs, timeout=0.2)
             procs = [p for p in procs if alive(p)]
     return [p for p in members() if alive(p)]
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process as Python's own exit does up to its module teardown: every non-daemon thread joined, every
+    atexit handler run (MindSpore's resource cleanup, its summary writers' and asynchronous saves' close among
+    them), the output flushed. The teardown after that frees nothing the end of the process does not, and costs
+    about 1 s of CPU once mindspore and mindformers are imported: every attempt of every rank paid it."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: nothing left to flush
+            stream.flush()
+    os._exit(code)

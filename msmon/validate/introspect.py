@@ -25,6 +25,7 @@ from msmon.compat.job_keys import CONFIG_METHODS, TOP_LEVEL_READERS
 from msmon.foreign import ConfigValue, Mindformers
 from msmon.util.atomic import atomic_write_json
 from msmon.util.jsonfiles import JsonObject
+from msmon.util.procs import exit_now
 
 #: What a parameter's default (or, without one, its annotation) says about the values it takes.
 NUMBER_ANNOTATIONS = {int, float, "int", "float"}
@@ -157,4 +158,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))
