@@ -170,6 +170,21 @@ def post_json(url: str, data: dict[str, Any], timeout: float = 5.0) -> Any:
         return json.loads(response.read().decode("utf-8"))
 
 
+def served_scalars(url: str, query: str, count: int, timeout: float = 120) -> list[dict[str, Any]]:
+    """The points MindInsight at ``url`` serves for ``query`` (``train_id=...&tag=.../scalar``) once it serves
+    ``count`` of them: it loads a summary file in passes, so a first answer may hold part of the series (seen with
+    three test workers on two cores: 18 of 20 points); what it served at the deadline otherwise."""
+    served: list[dict[str, Any]] = []
+
+    def loaded() -> bool:
+        nonlocal served
+        served = get_json(f"{url}/datavisual/scalar/metadata?{query}")["metadatas"]
+        return len(served) >= count
+
+    wait_until(loaded, timeout)
+    return served
+
+
 def wait_until(check: Any, timeout: float, interval: float = 0.5) -> Any:
     """Call ``check`` until it returns a truthy value (exceptions count as not yet); that value or None."""
     deadline = time.monotonic() + timeout

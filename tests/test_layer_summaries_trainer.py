@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from canonical import session_mindinsight
 from conftest import run_msmon
-from engine_support import get_json, wait_until
+from engine_support import served_scalars
 from test_records_backends import mlflow_history, mlflow_run
 from test_view_unit import page_data
 
@@ -65,7 +65,7 @@ def test_every_backend_holds_the_summaries(completed) -> None:
         want = [(r["step"], pytest.approx(r[tag], rel=1e-6)) for r in rows]
         assert [(e.step, e.value) for e in events.Scalars(tag)] == want, tag
         query = f"train_id=./{completed.name}&tag={tag}/scalar"
-        points = wait_until(lambda q=query: get_json(f"{url}/datavisual/scalar/metadata?{q}")["metadatas"], 60)
+        points = served_scalars(url, query, len(rows))
         assert [(p["step"], p["value"]) for p in points] == want, tag
         assert [(m["step"], m["value"]) for m in mlflow_history(run_id, tag)] == want, tag
 

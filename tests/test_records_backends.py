@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import shared_session
 from canonical import PROJECT, session_mindinsight, session_mlflow
-from engine_support import get_json, post_json, summary_scalars, wait_until
+from engine_support import get_json, post_json, served_scalars, summary_scalars
 from helpers_training import mindformers_step_lines
 
 from msmon.engine.grad_groups import group_of
@@ -98,7 +98,7 @@ def test_mindinsight_serves_every_metric(completed) -> None:
     rows = completed.records()
     for tag in SCALARS:
         query = f"train_id={train_id}&tag={tag}/scalar"
-        points = wait_until(lambda q=query: get_json(f"{url}/datavisual/scalar/metadata?{q}")["metadatas"], 60)
+        points = served_scalars(url, query, len(rows))
         assert [p["step"] for p in points] == [r["step"] for r in rows], tag
         for point, record in zip(points, rows, strict=True):
             assert point["value"] == pytest.approx(record[tag], rel=1e-6), tag
@@ -198,7 +198,7 @@ def test_nan_and_inf_encodings_in_every_backend() -> None:
     url = session_mindinsight()
     for tag in NAN_VALUES:
         query = f"train_id=./nan_run&tag={tag}/scalar"
-        points = wait_until(lambda q=query: get_json(f"{url}/datavisual/scalar/metadata?{q}")["metadatas"], 60)
+        points = served_scalars(url, query, len(rows))
         assert [(p["step"], p["value"]) for p in points] == [(1, None), (2, None), (3, None)]
 
     run_id = mlflow_run("nan_run")["info"]["run_id"]
@@ -252,7 +252,7 @@ def test_board_backends_hold_every_group_series(completed) -> None:
         assert [(e.step, e.value) for e in events.Scalars(tag)] == [(r["step"], pytest.approx(r[tag], rel=1e-6))
                                                                    for r in rows]
         query = f"train_id=./{completed.name}&tag={tag}/scalar"
-        points = wait_until(lambda q=query: get_json(f"{url}/datavisual/scalar/metadata?{q}")["metadatas"], 60)
+        points = served_scalars(url, query, len(rows))
         assert [(p["step"], p["value"]) for p in points] == [(r["step"], pytest.approx(r[tag], rel=1e-6))
                                                              for r in rows]
 
