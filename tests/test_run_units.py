@@ -256,15 +256,18 @@ def test_resume_reuses_the_run_directory_and_lists_the_attempts(
 
 def test_a_process_ended_by_exit_now_joins_its_threads_runs_its_atexit_handlers_and_flushes(tmp_path: Path) -> None:
     """A real child: a non-daemon thread still writing, an atexit handler and buffered output all finish before
-    the exit code is the one given (the training process's end, msmon.util.procs.exit_now)."""
+    the exit code is the one given (the training process's end, msmon.util.procs.exit_now); an idle thread pool
+    (its workers are non-daemon threads that wait for work) does not hold the process."""
     import subprocess
     import sys
 
     script = f"""
-import atexit, threading, time
+import atexit, concurrent.futures, threading, time
 from pathlib import Path
 from msmon.util.procs import exit_now
 out = Path({str(tmp_path)!r})
+pool = concurrent.futures.ThreadPoolExecutor(2)
+pool.submit(time.sleep, 0.1).result()
 def late():
     time.sleep(0.5)
     (out / "thread").write_text("joined")

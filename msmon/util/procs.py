@@ -130,13 +130,13 @@ def stop_processes(members: Callable[[], list[psutil.Process]], grace_s: float =
 
 
 def exit_now(code: int) -> NoReturn:
-    """End this process as Python's own exit does up to its module teardown: every non-daemon thread joined, every
+    """End this process as Python's own exit does up to its module teardown: every non-daemon thread ended, every
     atexit handler run (MindSpore's resource cleanup, its summary writers' and asynchronous saves' close among
     them), the output flushed. The teardown after that frees nothing the end of the process does not, and costs
     about 1 s of CPU once mindspore and mindformers are imported: every attempt of every rank paid it."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # what the interpreter's exit does first: its thread-exit hooks (an idle thread pool's workers are told to end),
+    # then every non-daemon thread joined (joined alone, an idle pool's workers would wait forever)
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: nothing left to flush
