@@ -267,9 +267,10 @@ from pathlib import Path
 from msmon.util.procs import exit_now
 out = Path({str(tmp_path)!r})
 pool = concurrent.futures.ThreadPoolExecutor(2)
-pool.submit(time.sleep, 0.1).result()
-def late():
-    time.sleep(0.5)
+pool.submit(int).result()
+def late():  # still running when exit_now begins: it writes once the main thread has begun the exit
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
     (out / "thread").write_text("joined")
 threading.Thread(target=late).start()
 atexit.register(lambda: (out / "atexit").write_text("ran"))
