@@ -39,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     root = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     os.environ[shared_session.SESSION_ENV] = str(root)
+    config.stash[CPU_AT_START] = MachineCpu.now()
     os.environ["MSMON_CACHE_DIR"] = str(root / "cache")  # the generated datasets, made once for the session
 
 
@@ -103,6 +104,35 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 PROBLEMS = pytest.StashKey[list]()
 
 
+@dataclass(frozen=True)
+class MachineCpu:
+    """The machine's CPU time so far (every process's, psutil.cpu_times): how busy the session kept the cores."""
+
+    wall: float
+    busy: float  # CPU-seconds the cores ran code: user, nice, system, interrupts (guest time is in user already)
+
+    @classmethod
+    def now(cls) -> MachineCpu:
+        import time
+
+        import psutil
+
+        times = psutil.cpu_times()
+        busy = sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+        return cls(time.monotonic(), busy)
+
+    def since(self, start: MachineCpu) -> str:
+        import psutil
+
+        cores = psutil.cpu_count() or 1
+        wall, busy = self.wall - start.wall, self.busy - start.busy
+        return (f"the {cores} cores were busy {busy / (cores * wall):.0%} of the session's {wall:.0f} s "
+                f"({busy:.0f} CPU-seconds: at least {busy / cores:.0f} s of wall time on {cores} cores)")
+
+
+CPU_AT_START = pytest.StashKey[MachineCpu]()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
     if hasattr(config, "workerinput"):
         return
@@ -111,17 +141,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"SESSION FAILED: {problem}", red=True)
     runs = mindformers_trainings(root)
     drivers = shared_session.trainings(root)
-    built, waited = shared_session.once_times(root)
+    built, waited, built_cpu = shared_session.once_times(root)
     canonical_runs = len(list((root / "once").glob("canonical-*/fingerprint.json")))
     distributed = sum(1 for kind in runs if kind == "msrun")
     terminalreporter.write_line(
         f"msmon tests: {len(runs) + len(drivers)} real trainings started ({len(runs)} with the mindformers Trainer, "
         f"{distributed} of them on several ranks; {len(drivers)} plain MindSpore trainings); canonical runs built: "
         f"{canonical_runs} in {built:.0f} s, waited for: {waited:.0f} s")
+    if CPU_AT_START in config.stash:
+        terminalreporter.write_line("msmon tests: " + MachineCpu.now().since(config.stash[CPU_AT_START]))
     by_file = trainings_by_file(root)
     if by_file:
         terminalreporter.write_line("msmon tests: trainings by file: " + ", ".join(
             f"{name} {count}" for name, count in by_file.items()))
+    cpu = cpu_by_file(root, built_cpu)
+    if cpu:
+        top = list(cpu.items())[:CPU_FILES_SHOWN]
+        terminalreporter.write_line(
+            f"msmon tests: CPU-seconds of the tests and the processes they waited for: {sum(cpu.values()):.0f}; "
+            f"the {len(top)} costliest files: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in top))
 
 
 def mindformers_trainings(root: Path) -> list[str]:
@@ -167,6 +205,29 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reques
 
 
 TRAININGS_BY_FILE = "trainings_by_file.jsonl"
+CPU_BY_TEST = "cpu_by_test.jsonl"
+CPU_FILES_SHOWN = 12
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test's CPU-seconds (setup to teardown: its process and the children it waited for, less a canonical run
+    it built) noted for its file (the session's summary)."""
+    cpu, built = shared_session.cpu_seconds(), shared_session.built_here_cpu_s()
+    yield
+    spent = shared_session.cpu_seconds() - cpu - (shared_session.built_here_cpu_s() - built)
+    with (Path(os.environ[shared_session.SESSION_ENV]) / CPU_BY_TEST).open("a") as handle:
+        handle.write(json.dumps({"file": item.path.name, "cpu_s": round(spent, 2)}) + "\n")
+
+
+def cpu_by_file(root: Path, canonical_cpu_s: float) -> dict[str, float]:
+    """CPU-seconds by test file, the canonical runs' builds apart, costliest first."""
+    spent: dict[str, float] = {"(canonical runs)": canonical_cpu_s} if canonical_cpu_s else {}
+    path = root / CPU_BY_TEST
+    for line in path.read_text().splitlines() if path.exists() else []:
+        entry = json.loads(line)
+        spent[entry["file"]] = spent.get(entry["file"], 0.0) + entry["cpu_s"]
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
 
 def trainings_by_file(root: Path) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ import psutil
 
 SESSION_ENV = "MSMON_TEST_SESSION"
 LOCK_TIMEOUT_S = 1800.0  # the longest a worker waits for the other to finish building something
+_built_here_cpu_s = 0.0  # the CPU time this process spent in ``once`` builds (``built_here_cpu_s``)
 
 
 def root() -> Path:
@@ -58,12 +60,14 @@ def once(name: str, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     JSON result, or the error it raised (``{"error": ...}``), kept in ``<root>/once/<name>/result.json``."""
     directory = root() / "once" / name
     result = directory / "result.json"
+    global _built_here_cpu_s
     asked = time.monotonic()
     built = 0.0
     with locked(root() / "once" / f"{name}.lock"):
         waited = time.monotonic() - asked
         if not result.exists():
             directory.mkdir(parents=True, exist_ok=True)
+            cpu = cpu_seconds()
             try:
                 value = build(directory)
             except BaseException as exc:  # every waiting worker must see the failure, not build again
@@ -71,8 +75,10 @@ def once(name: str, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
                 result.write_text(json.dumps(value))
                 raise
             finally:
-                built = time.monotonic() - asked - waited
-                _note("once.jsonl", {"name": name, "built_s": round(built, 1), "waited_s": round(waited, 1)})
+                built, cpu = time.monotonic() - asked - waited, cpu_seconds() - cpu
+                _built_here_cpu_s += cpu
+                _note("once.jsonl", {"name": name, "built_s": round(built, 1), "waited_s": round(waited, 1),
+                                     "built_cpu_s": round(cpu, 1)})
             result.write_text(json.dumps(value))
         elif waited > 1.0:
             _note("once.jsonl", {"name": name, "built_s": 0.0, "waited_s": round(waited, 1)})
@@ -84,11 +90,25 @@ def _note(name: str, entry: dict[str, Any]) -> None:
         handle.write(json.dumps({**entry, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
 
 
-def once_times(at: Path) -> tuple[float, float]:
-    """(seconds spent building what ``once`` built, seconds workers waited for a build of another)."""
+def once_times(at: Path) -> tuple[float, float, float]:
+    """(seconds spent building what ``once`` built, seconds workers waited for a build of another, CPU-seconds of
+    the builds)."""
     path = at / "once.jsonl"
     entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    return sum(e["built_s"] for e in entries), sum(e["waited_s"] for e in entries)
+    return (sum(e["built_s"] for e in entries), sum(e["waited_s"] for e in entries),
+            sum(e.get("built_cpu_s", 0.0) for e in entries))
+
+
+def cpu_seconds() -> float:
+    """The CPU time of this process and of the children it waited for (a training: ``msmon run`` and the ranks it
+    waited for). A server left running for the session is in none of them."""
+    own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+
+def built_here_cpu_s() -> float:
+    """The CPU time this process has spent building what ``once`` built (a test's own cost leaves it out)."""
+    return _built_here_cpu_s
 
 
 def count_training(kind: str, what: str) -> None:
