@@ -217,7 +217,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     spent = shared_session.cpu_seconds() - cpu - (shared_session.built_here_cpu_s() - built)
     with (Path(os.environ[shared_session.SESSION_ENV]) / CPU_BY_TEST).open("a") as handle:
-        handle.write(json.dumps({"file": item.path.name, "cpu_s": round(spent, 2)}) + "\n")
+        handle.write(json.dumps({"file": item.path.name, "test": item.nodeid, "cpu_s": round(spent, 2)}) + "\n")
 
 
 def cpu_by_file(root: Path, canonical_cpu_s: float) -> dict[str, float]:
