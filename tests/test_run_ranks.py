@@ -48,7 +48,8 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
     which stops at that step's end); rank 0, whose training thread waits inside the framework and runs no signal
     handler, is told to flush and exit (else it waited ~30 s for the collective's timeout on CPU, 1,800 s for HCCL's
     on Ascend, and was killed at 60 s); `--max-restarts 1` restarts both ranks from their checkpoint; the run
-    completes with one metrics file from rank 0, msmon's loss the loss mindformers printed on each rank."""
+    completes with one metrics file from rank 0, msmon's loss the loss mindformers printed on each rank. msrun's
+    scheduler only serves the cluster: nothing of mindformers in its log."""
     checkpoints = [dict(c, save_checkpoint_steps=EVERY) if c["type"] == "CheckpointMonitor" else c
                    for c in callbacks("legacy")]
     entered, release = tmp_path / "entered", tmp_path / "release"
@@ -78,6 +79,8 @@ def test_two_ranks_record_their_own_loss_a_frozen_one_is_named_and_both_restart_
     assert alert["step"] == alert["values"]["last_step"] > 0 and alert["action"] == "stop"
     assert "HEALTH ALERT [critical]" in run.stderr and "rank 1 is stopped" in run.stderr
     assert "mindspore" in (run.run_dir / "stacks" / "rank_0.txt").read_text()  # where rank 0 waits
+    scheduler = (run.run_dir / "logs" / "ranks" / "scheduler.log").read_text(errors="replace")
+    assert "Cluster is successfully initialized" in scheduler and "mindformers" not in scheduler  # it serves only
     log = (run.run_dir / "logs" / "msmon.log").read_text()  # the parent's and rank 0's
     assert "rank 0 began a step a rank that ended will never take part in: it is told to flush and exit now" in log
     assert "forced by msmon run: a rank that ended never takes part in the step this rank began" in log

@@ -50,6 +50,16 @@ def import_framework(log_dir: Path) -> None:
     register_cpu_support()
 
 
+def serve_cluster() -> None:
+    """msrun's scheduler (``MS_ROLE=MS_SCHED``) runs the training's command too: MindSpore serves the cluster inside
+    ``init()`` (the MCCL backend whatever the device) and ends the process there once every rank has left it.
+    run_mindformer.py's scheduler imports mindformers and builds its context only to call it; here nothing of
+    mindformers is imported or read."""
+    from mindspore.communication import init
+
+    init()
+
+
 def prepare_mcore(training_config: Mapping[str, ConfigValue]) -> None:
     """For an mcore model (``use_legacy`` false): record its separate losses and MoE routing, and on CPU put msmon's
     stand-ins for the graph pieces without a CPU kernel in place (before the network is built)."""

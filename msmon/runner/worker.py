@@ -159,14 +159,17 @@ class Worker:
 
     def run(self) -> int:
         """The native form: train from ``mindformers.yaml`` as run_mindformer.py does."""
-        from msmon.runner.trainer import import_framework, train
+        from msmon.runner.trainer import import_framework, serve_cluster, train
 
         log_dir = self.run_dir / layout.LOGS
         self.begin()
         failure: BaseException | None = None
         try:
-            import_framework(log_dir)
-            train(self.spec.mindformers_yaml, self.monitor(), log_dir)
+            if self.scheduler:
+                serve_cluster()
+            else:
+                import_framework(log_dir)
+                train(self.spec.mindformers_yaml, self.monitor(), log_dir)
         except (KeyboardInterrupt, Exception) as exc:
             failure = exc
         return int(rank_exit_code(self.end(failure)))
