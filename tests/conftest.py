@@ -10,8 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -79,8 +81,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     root = Path(os.environ[shared_session.SESSION_ENV])
     shared_session.stop_registered_groups(root)
     mine = {os.getpid(), *(p.pid for p in _children())}
-    import time
-
     deadline = time.monotonic() + 60  # (only while something is left: the groups were stopped just above)
     left = shared_session.leftovers(root, mine)
     while left and time.monotonic() < deadline:
@@ -113,8 +113,6 @@ class MachineCpu:
 
     @classmethod
     def now(cls) -> MachineCpu:
-        import time
-
         import psutil
 
         times = psutil.cpu_times()
@@ -154,6 +152,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if by_file:
         terminalreporter.write_line("msmon tests: trainings by file: " + ", ".join(
             f"{name} {count}" for name, count in by_file.items()))
+    idle = workers_idle(root, time.time())
+    if idle:
+        terminalreporter.write_line("msmon tests: workers without a test: " + ", ".join(
+            f"{worker} {between:.0f} s between its tests and {after:.0f} s after its last"
+            for worker, (between, after) in idle.items()))
     cpu = cpu_by_file(root, built_cpu)
     if cpu:
         top = list(cpu.items())[:CPU_FILES_SHOWN]
@@ -213,11 +216,13 @@ CPU_FILES_SHOWN = 12
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A test's CPU-seconds (setup to teardown: its process and the children it waited for, less a canonical run
     it built) noted for its file (the session's summary)."""
-    cpu, built = shared_session.cpu_seconds(), shared_session.built_here_cpu_s()
+    started, cpu, built = time.time(), shared_session.cpu_seconds(), shared_session.built_here_cpu_s()
     yield
     spent = shared_session.cpu_seconds() - cpu - (shared_session.built_here_cpu_s() - built)
     with (Path(os.environ[shared_session.SESSION_ENV]) / CPU_BY_TEST).open("a") as handle:
-        handle.write(json.dumps({"file": item.path.name, "test": item.nodeid, "cpu_s": round(spent, 2)}) + "\n")
+        handle.write(json.dumps({"file": item.path.name, "test": item.nodeid, "cpu_s": round(spent, 2),
+                                 "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                                 "started": round(started, 2), "ended": round(time.time(), 2)}) + "\n")
 
 
 def cpu_by_file(root: Path, canonical_cpu_s: float) -> dict[str, float]:
@@ -228,6 +233,22 @@ def cpu_by_file(root: Path, canonical_cpu_s: float) -> dict[str, float]:
         entry = json.loads(line)
         spent[entry["file"]] = spent.get(entry["file"], 0.0) + entry["cpu_s"]
     return dict(sorted(spent.items(), key=lambda item: -item[1]))
+
+
+def workers_idle(root: Path, session_end: float) -> dict[str, tuple[float, float]]:
+    """Each worker's seconds without a test: between its tests (from its first test's start), and from the end of
+    its last test to ``session_end`` (a worker out of work while the other still runs a long test)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    path = root / CPU_BY_TEST
+    for line in path.read_text().splitlines() if path.exists() else []:
+        entry = json.loads(line)
+        spans.setdefault(entry["worker"], []).append((entry["started"], entry["ended"]))
+    idle = {}
+    for worker, tests in sorted(spans.items()):
+        tests.sort()
+        between = sum(max(0.0, start - end) for (_, end), (start, _) in pairwise(tests))
+        idle[worker] = (between, max(0.0, session_end - max(end for _, end in tests)))
+    return idle
 
 
 def trainings_by_file(root: Path) -> dict[str, int]:
