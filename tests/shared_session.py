@@ -176,8 +176,6 @@ def stop_groups(pgids: list[int], grace_s: float = 10.0) -> None:
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
             left = [pgid for pgid in left if _signal_group(pgid, 0)]
-        if not left:
-            return
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
