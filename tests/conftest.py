@@ -48,10 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
 #: The modules that train, longest first: what their training tests took on 2026-12-05 (summed over both workers,
 #: the canonical runs they were first to ask for included; pytest's --junitxml), started first so that the other
 #: worker, which takes work from the end of a worker's queue, ends the session on short ones (a rollback or reference
-#: test begun last kept one worker busy for minutes after the other ran out of tests).
-LONGEST_FIRST = ("test_rollback_real", "test_run_ranks", "test_reference_real", "test_lineage_runs", "test_resume",
-                 "test_probe_real", "test_run_faults", "test_own_launch", "test_mindformers_yaml",
-                 "test_step_costs_real", "test_engine_faults", "test_layer_norms_trainer", "test_health_e2e",
+#: test begun last kept one worker busy for minutes after the other ran out of tests). test_step_costs_real is placed
+#: by its two-rank test (47 s), not by its sum: begun last in two fresh sessions, it left a worker 52 s without a test.
+LONGEST_FIRST = ("test_rollback_real", "test_run_ranks", "test_reference_real", "test_step_costs_real",
+                 "test_lineage_runs", "test_resume", "test_probe_real", "test_run_faults", "test_own_launch",
+                 "test_mindformers_yaml", "test_engine_faults", "test_layer_norms_trainer", "test_health_e2e",
                  "test_profile_action_real", "test_wheel", "test_run_lifecycle", "test_quickstart_moe",
                  "test_run_terminal", "test_run_e2e", "test_view_realruns", "test_engine_lineage")
 
